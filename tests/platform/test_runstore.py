@@ -1,0 +1,179 @@
+"""RunStore: directory layout, metadata, lifecycle status, listing, comparison, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+import transferlab
+from transferlab.platform.config import BaseConfig, load_config
+from transferlab.platform.metrics import read_metrics
+from transferlab.platform.runstore import Run, RunStore, new_run_id
+
+
+class DemoConfig(BaseConfig):
+    seed: int = Field(default=0, ge=0, description="Random seed.")
+    steps: int = Field(default=10, ge=1, description="Training steps.")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> RunStore:
+    return RunStore(tmp_path / "runs")
+
+
+def test_create_run_layout_and_meta(store: RunStore) -> None:
+    cfg = DemoConfig(seed=5, steps=3)
+    run = store.create_run("demo", cfg)
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", run.run_id)
+    assert run.dir == store.root / "demo" / run.run_id
+    assert run.config_path == run.dir / "config.json" and run.config_path.is_file()
+    assert run.metrics_path == run.dir / "metrics.parquet"
+    assert not (run.dir / "artifacts").exists()  # created lazily
+
+    assert load_config(run.config_path) == cfg
+    assert run.load_config(DemoConfig) == cfg
+
+    meta = json.loads((run.dir / "meta.json").read_text())
+    assert meta["experiment"] == "demo"
+    assert meta["run_id"] == run.run_id
+    assert meta["status"] == "running"
+    assert meta["seed"] == 5  # taken from config.seed
+    assert meta["created_at"].endswith("+00:00")
+    assert meta["transferlab_version"] == transferlab.__version__
+    assert re.fullmatch(r"3\.\d+\.\d+.*", meta["python_version"])
+    assert meta["git_commit"] is None or re.fullmatch(r"[0-9a-f]{40}", meta["git_commit"])
+    assert isinstance(meta["hostname"], str) and meta["hostname"]
+
+
+def test_explicit_seed_and_run_id(store: RunStore) -> None:
+    run = store.create_run("demo", DemoConfig(seed=1), run_id="my-run_1.0", seed=99)
+    assert run.run_id == "my-run_1.0"
+    assert run.meta["seed"] == 99
+
+
+@pytest.mark.parametrize("name", ["has space", "a/b", "..", ".", "", "ümlaut"])
+def test_invalid_names_rejected(store: RunStore, name: str) -> None:
+    with pytest.raises(ValueError, match="invalid experiment name"):
+        store.create_run(name, DemoConfig())
+    with pytest.raises(ValueError, match="invalid run id"):
+        store.create_run("demo", DemoConfig(), run_id=name)
+    assert not (store.root / "demo").exists() or not any((store.root / "demo").iterdir())
+
+
+def test_refuses_to_overwrite_existing_run(store: RunStore) -> None:
+    run = store.create_run("demo", DemoConfig(seed=1), run_id="r1")
+    with pytest.raises(FileExistsError, match=r"already exists.*open_run\('demo', 'r1'\)"):
+        store.create_run("demo", DemoConfig(seed=2), run_id="r1")
+    assert run.load_config(DemoConfig).seed == 1
+
+
+def test_new_run_ids_are_unique() -> None:
+    assert len({new_run_id() for _ in range(50)}) == 50
+
+
+def test_artifacts(store: RunStore) -> None:
+    run = store.create_run("demo", DemoConfig())
+    path = run.write_artifact_json("eval/summary.json", {"b": 2, "a": 1})
+    assert path == run.dir / "artifacts" / "eval" / "summary.json"
+    assert json.loads(path.read_text()) == {"a": 1, "b": 2}
+    assert run.artifact_path("model.pt") == run.artifacts_dir / "model.pt"
+    for bad in ("../escape.json", "/abs.json", ""):
+        with pytest.raises(ValueError, match="invalid artifact name"):
+            run.artifact_path(bad)
+
+
+def test_context_manager_marks_finished(store: RunStore) -> None:
+    with store.create_run("demo", DemoConfig()) as run:
+        run.logger.log(1, {"train/loss": 1.0})
+    meta = run.meta
+    assert meta["status"] == "finished"
+    assert meta["finished_at"] >= meta["created_at"]
+    assert read_metrics(run.metrics_path)["value"].tolist() == [1.0]  # flushed on finish
+
+
+def test_context_manager_marks_failed_on_exception(store: RunStore) -> None:
+    with pytest.raises(RuntimeError, match="diverged"), store.create_run("demo", DemoConfig()) as run:
+        run.logger.log(3, {"train/loss": 9.0})
+        raise RuntimeError("diverged")
+    meta = run.meta
+    assert meta["status"] == "failed"
+    assert meta["error"] == "RuntimeError: diverged"
+    assert meta["finished_at"] is not None
+    assert read_metrics(run.metrics_path)["step"].tolist() == [3]  # metrics survive the failure
+
+
+def test_explicit_finish_failed_is_kept_by_context_manager(store: RunStore) -> None:
+    with store.create_run("demo", DemoConfig()) as run:
+        run.finish("failed", error="eval crashed")
+    assert run.status == "failed"
+    with pytest.raises(ValueError, match="status must be"):
+        run.finish("done")  # type: ignore[arg-type]
+
+
+def test_list_runs_newest_first_and_by_experiment(store: RunStore) -> None:
+    assert store.list_runs() == []
+    store.create_run("alpha", DemoConfig(seed=1), run_id="a1")
+    store.create_run("beta", DemoConfig(seed=2), run_id="b1")
+    c = store.create_run("alpha", DemoConfig(seed=3), run_id="a2")
+    c.finish()
+    (store.root / "alpha" / "stray-dir").mkdir()  # no meta.json: ignored
+
+    infos = store.list_runs()
+    assert [i.run_id for i in infos] == ["a2", "b1", "a1"]
+    assert [i.status for i in infos] == ["finished", "running", "running"]
+    assert infos[0].seed == 3 and infos[0].dir == c.dir and infos[0].finished_at is not None
+    assert [i.run_id for i in store.list_runs("alpha")] == ["a2", "a1"]
+    assert store.list_runs("missing") == []
+
+
+def test_compare_last_values(store: RunStore) -> None:
+    with store.create_run("cmp", DemoConfig(), run_id="r1") as r1:
+        r1.logger.log(1, {"eval/return": 1.0, "train/loss": 5.0})
+        r1.logger.log(2, {"eval/return": 3.0})
+    with store.create_run("cmp", DemoConfig(), run_id="r2") as r2:
+        r2.logger.log(7, {"eval/return": 10.0})
+    r3 = store.create_run("cmp", DemoConfig(), run_id="r3")  # never logged
+
+    df = store.compare([r1.dir, str(r2.dir), r3], ["eval/return", "train/loss"])
+    assert list(df.columns) == ["experiment", "run_id", "status", "eval/return", "train/loss"]
+    assert df["run_id"].tolist() == ["r1", "r2", "r3"]
+    assert df["status"].tolist() == ["finished", "finished", "running"]
+    assert df["eval/return"].tolist()[:2] == [3.0, 10.0]
+    assert df["train/loss"].iloc[0] == 5.0
+    assert math.isnan(df["train/loss"].iloc[1])
+    assert math.isnan(df["eval/return"].iloc[2])
+    with pytest.raises(ValueError, match="invalid metric key"):
+        store.compare([r1.dir], ["loss"])
+
+
+def test_open_run_for_resume_appends_metrics(store: RunStore) -> None:
+    with store.create_run("res", DemoConfig(), run_id="r") as run:
+        run.logger.log(1, {"train/loss": 1.0})
+        run.logger.log(2, {"train/loss": 0.9})
+
+    reopened = store.open_run("res", "r")
+    assert reopened.experiment == "res" and reopened.run_id == "r"
+    with reopened:
+        assert reopened.status == "running"
+        reopened.logger.log(3, {"train/loss": 0.7})
+    meta = reopened.meta
+    assert meta["status"] == "finished" and len(meta["resumed_at"]) == 1
+    assert read_metrics(reopened.metrics_path)["step"].tolist() == [1, 2, 3]
+
+    by_path = store.open_path(run.dir)
+    assert isinstance(by_path, Run) and by_path.run_id == "r"
+    by_path.logger.log(4, {"train/loss": 0.6})
+    assert by_path.metrics()["step"].tolist() == [1, 2, 3, 4]
+
+
+def test_open_missing_run_lists_known(store: RunStore) -> None:
+    store.create_run("res", DemoConfig(), run_id="exists")
+    with pytest.raises(FileNotFoundError, match=r"no run 'nope'.*recent runs: exists"):
+        store.open_run("res", "nope")
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        store.open_path(store.root / "res")

@@ -1,0 +1,1 @@
+"""Streamlit pages; thin, the logic lives in the packages (issue 7)."""

@@ -1,0 +1,1 @@
+"""Coding-agent RL: tasks, the sandbox and verifier, environments, policies and trainers."""

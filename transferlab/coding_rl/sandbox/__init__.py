@@ -1,0 +1,1 @@
+"""Fail-closed code sandbox: backends that run untrusted code, and the verifier that grades it."""

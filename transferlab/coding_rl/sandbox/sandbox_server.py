@@ -1,0 +1,638 @@
+"""The part of the sandbox that runs next to untrusted code: wire codec, runner, supervisor, fork server.
+
+This file uses the standard library only and runs under any CPython >= 3.9, because it is also copied
+into the Docker image (Debian's python3) and started there. It is imported by the client side
+(`transferlab.coding_rl.sandbox`) for the codec and the supervisor, and run as a script to be a fork
+server::
+
+    python -I -S -B sandbox_server.py --stdio --jail --uid 61000     # host fork server (root)
+    python -I -S -B sandbox_server.py --listen /sock/s.sock --uid 61000   # inside a container
+    python -I -S -B sandbox_server.py --once --uid 61000             # one job, fresh interpreter
+
+Trust boundary: the candidate runs in a forked child that has dropped to an unprivileged uid, and it
+only ever receives the call *inputs*; expected values never enter this process. The child reports
+what the candidate returned as plain, tagged JSON frames on fd 3; the grader compares them with the
+expected values in its own process. A frame the candidate forges on fd 3 can only claim values it
+could equally have returned, and nothing it writes to stdout/stderr is ever parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import struct
+import sys
+import time
+
+MAX_FRAME = 64 * 1024 * 1024
+RESULT_FD = 3
+_LEN = struct.Struct(">I")
+
+# --------------------------------------------------------------------------------------------------
+# Wire codec: plain data with exact types, tuples/dicts/non-finite floats tagged.
+# --------------------------------------------------------------------------------------------------
+
+_TUPLE, _DICT, _FLOAT = "__tuple__", "__dict__", "__float__"
+
+
+class UnsupportedValue(TypeError):
+    """A value that is not plain data (None, bool, int, float, str, list, tuple, dict[str, ...])."""
+
+
+def encode_value(value: object, budget: list | None = None, depth: int = 0) -> object:
+    """Encode plain data to JSON-able form; any other type (subclasses included) raises UnsupportedValue."""
+    if budget is None:
+        budget = [1_000_000]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise UnsupportedValue("return value too large (more than 1,000,000 elements)")
+    if depth > 200:
+        raise UnsupportedValue("return value nested deeper than 200 levels")
+    t = type(value)
+    if value is None or t is bool or t is str:
+        return value
+    if t is int:
+        if value.bit_length() > 10_000:  # type: ignore[attr-defined]
+            raise UnsupportedValue("integer too large")
+        return value
+    if t is float:
+        if math.isfinite(value):  # type: ignore[arg-type]
+            return value
+        return {_FLOAT: repr(value)}
+    if t is list:
+        return [encode_value(v, budget, depth + 1) for v in value]  # type: ignore[attr-defined]
+    if t is tuple:
+        return {_TUPLE: [encode_value(v, budget, depth + 1) for v in value]}  # type: ignore[attr-defined]
+    if t is dict:
+        items = []
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str:
+                raise UnsupportedValue("dict keys must be str, got " + type(k).__name__)
+            items.append([k, encode_value(v, budget, depth + 1)])
+        return {_DICT: items}
+    raise UnsupportedValue("unsupported return type " + t.__name__)
+
+
+def decode_value(data: object) -> object:
+    """Inverse of encode_value; raises ValueError on anything encode_value cannot produce."""
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode_value(v) for v in data]
+    if type(data) is dict and len(data) == 1:
+        ((tag, inner),) = data.items()
+        if tag == _TUPLE and type(inner) is list:
+            return tuple(decode_value(v) for v in inner)
+        if tag == _DICT and type(inner) is list:
+            out = {}
+            for pair in inner:
+                if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                    raise ValueError("malformed dict item")
+                out[pair[0]] = decode_value(pair[1])
+            return out
+        if tag == _FLOAT and inner in ("nan", "inf", "-inf"):
+            return float(inner)
+    raise ValueError("malformed encoded value")
+
+
+# --------------------------------------------------------------------------------------------------
+# Framing: 4-byte big-endian length, then UTF-8 JSON.
+# --------------------------------------------------------------------------------------------------
+
+
+def pack_frame(obj: object) -> bytes:
+    data = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    return _LEN.pack(len(data)) + data
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> object | None:
+    """Read one frame; None on a clean end of stream."""
+    head = read_exact(fd, 4)
+    if head is None:
+        return None
+    (size,) = _LEN.unpack(head)
+    if size > MAX_FRAME:
+        raise ValueError("frame too large")
+    body = read_exact(fd, size)
+    if body is None:
+        raise EOFError("stream ended inside a frame")
+    return json.loads(body.decode("utf-8"))
+
+
+def split_frames(buf: bytearray) -> list:
+    """Pop every complete frame from buf; malformed frames become {'e': 'garbage'}."""
+    frames = []
+    while len(buf) >= 4:
+        (size,) = _LEN.unpack(bytes(buf[:4]))
+        if size > MAX_FRAME:
+            frames.append({"e": "garbage"})
+            del buf[:]
+            break
+        if len(buf) < 4 + size:
+            break
+        body = bytes(buf[4 : 4 + size])
+        del buf[: 4 + size]
+        try:
+            frame = json.loads(body.decode("utf-8"))
+        except ValueError:
+            frame = {"e": "garbage"}
+        frames.append(frame if type(frame) is dict else {"e": "garbage"})
+    return frames
+
+
+# --------------------------------------------------------------------------------------------------
+# Runner: executes inside the sandboxed child, before and around the candidate's code.
+# --------------------------------------------------------------------------------------------------
+
+_TYPING_NAMES = ("Any", "Callable", "Dict", "Iterable", "Iterator", "List", "Optional", "Sequence", "Set",
+                 "Tuple", "Union")
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except BaseException:  # a hostile __str__
+        text = "<unprintable>"
+    name = type(exc).__name__ if isinstance(type(exc).__name__, str) else "Exception"
+    return (name + ": " + text)[:300]
+
+
+def run_job(job: dict, out_fd: int = RESULT_FD) -> None:
+    """Load the candidate, call it on each input, report encoded results as frames. Never returns."""
+    import builtins
+    import typing
+
+    emit = os.write
+    pack = pack_frame
+    exit_now = os._exit
+    try:
+        emit(out_fd, pack({"e": "start"}))
+        ns = {"__name__": "__candidate__", "__builtins__": builtins}
+        for name in _TYPING_NAMES:
+            ns[name] = getattr(typing, name)
+        try:
+            code = compile(job["source"], "solution.py", "exec")
+            exec(code, ns)
+            fn = ns.get(job["entry_point"])
+            if not callable(fn):
+                raise NameError("entry point '" + job["entry_point"] + "' is not defined as a function")
+        except MemoryError:
+            emit(out_fd, pack({"e": "load_error", "kind": "memory", "msg": "MemoryError while loading"}))
+            raise SystemExit
+        except BaseException as exc:
+            emit(out_fd, pack({"e": "load_error", "kind": "exception", "msg": _describe(exc)}))
+            raise SystemExit from None
+        emit(out_fd, pack({"e": "loaded"}))
+        for i, enc_args in enumerate(job["inputs"]):
+            try:
+                args = decode_value(enc_args)
+                t0 = time.perf_counter()
+                result = fn(*args)
+                dt = time.perf_counter() - t0
+                frame = {"e": "result", "i": i, "ok": True, "value": encode_value(result), "t": dt}
+            except MemoryError:
+                frame = {"e": "result", "i": i, "ok": False, "kind": "memory", "msg": "MemoryError"}
+            except UnsupportedValue as exc:
+                frame = {"e": "result", "i": i, "ok": False, "kind": "type", "msg": str(exc)}
+            except BaseException as exc:
+                frame = {"e": "result", "i": i, "ok": False, "kind": "exception", "msg": _describe(exc)}
+            emit(out_fd, pack(frame))
+        emit(out_fd, pack({"e": "done"}))
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    exit_now(0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Child setup: descriptors, filesystem view, limits, identity.
+# --------------------------------------------------------------------------------------------------
+
+_libc = None
+
+
+def _get_libc():  # type: ignore[no-untyped-def]
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, what + ": " + os.strerror(err))
+
+
+def apply_limits(limits: dict) -> None:
+    """Resource limits for the candidate; only ever lowers them, so it works unprivileged."""
+    mem = int(limits["memory_mb"]) * 1024 * 1024
+    cpu = int(math.ceil(float(limits["cpu_s"])))
+    for res, value in (
+        (resource.RLIMIT_AS, mem),
+        (resource.RLIMIT_DATA, mem),
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_NPROC, int(limits["max_processes"])),
+        (resource.RLIMIT_FSIZE, int(limits["max_file_bytes"])),
+        (resource.RLIMIT_NOFILE, int(limits["max_open_files"])),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_STACK, 64 * 1024 * 1024),
+    ):
+        hard = value + 1 if res == resource.RLIMIT_CPU else value
+        resource.setrlimit(res, (value, hard))
+
+
+def drop_privileges(uid: int) -> None:
+    if os.getuid() != 0:
+        return
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    try:
+        _check(_get_libc().prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    except (OSError, ImportError):
+        pass
+
+
+JOB_FD = 4
+
+
+def _warm_up() -> None:
+    """Touch what a job touches (compiler, codec, framing) so the copy-on-write faults happen now."""
+    ns: dict = {}
+    exec(compile("def _f(x, y=1):\n    return [x + y for _ in range(3)]\n", "warm.py", "exec"), ns)
+    encode_value(decode_value(encode_value((ns["_f"](1), {"k": 1.5}, None, "s"))))
+    pack_frame({"e": "result", "i": 0, "ok": True, "value": [1, 2], "t": 0.0})
+    time.perf_counter()
+
+
+def child_main(setup: dict) -> None:
+    """In the forked child: take the descriptors, warm up, wait for the job, isolate, run. Never returns."""
+    try:
+        os.setsid()
+        os.dup2(setup["stdin_fd"], 0)
+        os.dup2(setup["out_fd"], 1)
+        os.dup2(setup["out_fd"], 2)
+        os.dup2(setup["result_fd"], RESULT_FD)
+        os.dup2(setup["job_fd"], JOB_FD)
+        os.closerange(JOB_FD + 1, 65536)
+        _warm_up()
+        if setup.get("chroot"):
+            os.chroot(setup["chroot"])
+        os.chdir(setup["workdir"])
+        drop_privileges(setup["uid"])
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": setup["workdir"],
+                           "TMPDIR": setup["workdir"]})
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        job = read_frame(JOB_FD)  # only now, unprivileged and jailed, does the child learn its job
+        os.close(JOB_FD)
+        if type(job) is not dict:
+            os._exit(0)
+        apply_limits(job["limits"])  # lowering limits needs no privilege
+    except BaseException:
+        os._exit(125)
+    run_job(job, RESULT_FD)
+
+
+# --------------------------------------------------------------------------------------------------
+# Supervisor: watches one child, enforces wall time and output caps, collects frames.
+# --------------------------------------------------------------------------------------------------
+
+
+def _live_processes_of(uid: int) -> bool:
+    """True when /proc shows a process (not a zombie) of `uid` other than the caller."""
+    me = str(os.getpid())
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == me:
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != uid:
+                continue
+            with open("/proc/" + name + "/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def kill_uid(uid: int) -> bool:
+    """Kill every process of `uid` (setsid daemons included) from a helper running as that uid.
+
+    kill(-1) reaches every process the helper may signal, i.e. exactly those of `uid`; it is repeated
+    until /proc shows none alive. Returns False if some survived (reported as an infra error).
+    """
+    if os.getuid() != 0 or uid == 0:
+        return True
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for _ in range(200):
+                os.kill(-1, signal.SIGSTOP)
+                os.kill(-1, signal.SIGKILL)
+                if not _live_processes_of(uid):
+                    code = 0
+                    break
+                time.sleep(0.001)
+        except BaseException:
+            pass
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float) -> dict:
+    """Collect frames and output from child `pid` until it exits or breaks a limit; kill it if so."""
+    deadline = started + float(limits["wall_s"])
+    max_out = int(limits["max_output_bytes"])
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    for fd in (result_r, out_r, pidfd):
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    buf, frames, output = bytearray(), [], bytearray()
+    out_total, res_total, reason, exited = 0, 0, None, False
+    open_fds = {result_r, out_r}
+    while reason is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            reason = "timeout"
+            break
+        if exited and not open_fds:
+            break
+        events = poller.poll(max(1, int(remaining * 1000)) if not exited else 0)
+        if exited and not events:
+            break  # the child is gone; descendants may hold the pipes, do not wait for them
+        for fd, _ in events:
+            if fd == pidfd:
+                exited = True
+                poller.unregister(pidfd)
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+                continue
+            if fd == result_r:
+                res_total += len(chunk)
+                buf.extend(chunk)
+                frames.extend(split_frames(buf))
+                if res_total > MAX_FRAME:
+                    reason = "output_limit"
+            else:
+                out_total += len(chunk)
+                if len(output) < max_out:
+                    output.extend(chunk[: max_out - len(output)])
+                if out_total > max_out:
+                    reason = "output_limit"
+    wall = time.monotonic() - started
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _, status = os.waitpid(pid, 0)
+    os.close(pidfd)
+    return {
+        "reason": reason,
+        "frames": frames,
+        "output": output.decode("utf-8", "replace"),
+        "output_bytes": out_total,
+        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "wall_s": wall,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# The fork server.
+# --------------------------------------------------------------------------------------------------
+
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    libc = _get_libc()
+    enc = (lambda s: s.encode() if s is not None else None)
+    _check(libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), "mount " + target)
+
+
+def _bind(src: str, jail: str, writable_dev: bool = False) -> None:
+    target = jail + src
+    if os.path.islink(src):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(os.readlink(src), target)
+        return
+    if not os.path.exists(src):
+        return
+    if os.path.isdir(src):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _mount(src, target, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if writable_dev else MS_NODEV)
+    _mount(None, target, None, flags)
+
+
+def build_jail(jail: str, size_mb: int) -> None:
+    """Private mount + network namespaces, and a read-only root with the interpreter, at `jail`."""
+    libc = _get_libc()
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare(mount, net)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", jail, "tmpfs", MS_NOSUID, "size=%dm,mode=755" % size_mb)
+    for path in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache", "/etc/localtime"):
+        _bind(path, jail)
+    prefix = os.path.realpath(sys.base_prefix)
+    if not prefix.startswith("/usr"):
+        _bind(prefix, jail)
+    for dev in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"):
+        _bind(dev, jail, writable_dev=True)
+    os.makedirs(jail + "/work", mode=0o755)
+
+
+class Server:
+    """Forks one sandboxed child per job, one job at a time; the next child is forked and warmed ahead."""
+
+    def __init__(self, uid: int, jail: str | None, work_root: str, pidns: bool) -> None:
+        self.uid = uid
+        self.jail = jail
+        self.work_root = work_root
+        self.devnull = os.open("/dev/null", os.O_RDWR)
+        self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if pidns else None
+        self.counter = 0
+        self.next: dict | None = None
+
+    def prepare(self) -> None:
+        """Fork the child for the next job now, so its start-up is off the critical path."""
+        if self.next is not None:
+            return
+        self.counter += 1
+        name = "job-%d-%d" % (os.getpid(), self.counter)
+        host_dir = os.path.join(self.work_root, name)
+        os.mkdir(host_dir, 0o700)
+        os.chown(host_dir, self.uid, self.uid)
+        result_r, result_w = os.pipe()
+        out_r, out_w = os.pipe()
+        job_r, job_w = os.pipe()
+        if self.pidns_fd is not None:
+            libc = _get_libc()
+            _check(libc.setns(self.pidns_fd, CLONE_NEWPID), "setns(pid)")
+            _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
+        pid = os.fork()
+        if pid == 0:
+            child_main({"stdin_fd": self.devnull, "out_fd": out_w, "result_fd": result_w, "job_fd": job_r,
+                        "uid": self.uid, "chroot": self.jail,
+                        "workdir": "/work/" + name if self.jail else host_dir})
+        for fd in (result_w, out_w, job_r):
+            os.close(fd)
+        self.next = {"pid": pid, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir}
+
+    def execute(self, job: dict) -> dict:
+        self.prepare()
+        child, self.next = self.next, None
+        assert child is not None
+        started = time.monotonic()
+        try:
+            write_all(child["job_w"], pack_frame(job))
+        except OSError:
+            pass  # the child died before the job; supervise reports it as missing results
+        os.close(child["job_w"])
+        self.prepare()  # the next child warms up on another core while this one runs
+        try:
+            report = supervise(child["pid"], child["result_r"], child["out_r"], job["limits"], started)
+        finally:
+            # with a PID namespace the kernel has already killed every descendant of the child
+            clean = True if self.pidns_fd is not None else kill_uid(self.uid)
+            os.close(child["result_r"])
+            os.close(child["out_r"])
+            shutil.rmtree(child["dir"], ignore_errors=True)
+        if not clean:
+            report["infra_error"] = "processes of the sandbox uid survived the kill"
+        return report
+
+
+def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
+    while True:
+        job = read_frame(in_fd)
+        if job is None:
+            return
+        if type(job) is dict and job.get("op") == "ping":
+            write_all(out_fd, pack_frame({"pong": True, "pid": os.getpid()}))
+            continue
+        try:
+            reply = server.execute(job)  # type: ignore[arg-type]
+        except Exception as exc:
+            reply = {"infra_error": "server failed: " + repr(exc)[:300]}
+        write_all(out_fd, pack_frame(reply))
+        server.prepare()
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="transferlab sandbox fork server")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--stdio", action="store_true", help="jobs as frames on stdin, replies on stdout")
+    mode.add_argument("--listen", metavar="SOCKET", help="serve a unix socket (inside a container)")
+    mode.add_argument("--once", action="store_true", help="run one job from stdin (fresh interpreter)")
+    p.add_argument("--uid", type=int, default=61000, help="unprivileged uid for candidates")
+    p.add_argument("--jail", metavar="DIR", help="enter fresh mount+net namespaces, chroot children at DIR")
+    p.add_argument("--jail-size-mb", type=int, default=256)
+    p.add_argument("--work-root", default="/work", help="where per-job directories are made (no --jail)")
+    p.add_argument("--pidns", action="store_true", help="a fresh PID namespace per job")
+    p.add_argument("--idle-exit", type=float, default=0.0, help="exit after this many idle seconds")
+    args = p.parse_args(argv)
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    if args.jail:
+        build_jail(args.jail, args.jail_size_mb)
+        work_root = args.jail + "/work"
+    else:
+        work_root = args.work_root
+        os.makedirs(work_root, exist_ok=True)
+    import typing  # noqa: F401  (pre-imported so candidates find it without touching the disk)
+
+    server = Server(args.uid, args.jail, work_root, args.pidns)
+    import gc
+
+    gc.collect()
+    gc.freeze()  # keep the collector off the server's objects so forked children share their pages
+    if args.once:
+        job = read_frame(in_fd)
+        reply = server.execute(job) if type(job) is dict else {"infra_error": "no job"}
+        write_all(out_fd, pack_frame(reply))
+        return 0
+    if args.stdio:
+        server.prepare()
+        write_all(out_fd, pack_frame({"ready": True, "pid": os.getpid()}))
+        _serve_stream(server, in_fd, out_fd)
+        return 0
+    return _serve_socket(server, args.listen, args.idle_exit)
+
+
+def _serve_socket(server: Server, path: str, idle_exit: float) -> int:
+    import socket
+
+    if os.path.exists(path):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(4)
+    sock.settimeout(idle_exit or None)
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except socket.timeout:
+            return 0
+        with conn:
+            conn.settimeout(None)
+            fd = conn.fileno()
+            try:
+                _serve_stream(server, fd, fd)
+            except (OSError, ValueError, EOFError):
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+"""The code task format (seed 000): a description, a signature and input/expected test cases.
+
+A task file is one JSON object::
+
+    {
+      "task_description": "Implement quick sort",
+      "function_signature": "def quick_sort(arr: List[int]) -> List[int]:",
+      "test_cases": [{"input": [3, 1, 4, 1, 5], "expected": [1, 1, 3, 4, 5]},
+                     {"args": [[1, 2], 2], "expected": 1}],
+      "hidden_test_cases": [...],        # optional, never shown to the policy
+      "entry_point": "quick_sort",       # optional, else taken from the signature
+      "time_limit_s": 2.0,               # optional, wall time for all tests together
+      "float_tolerance": 1e-6,           # optional, for float comparisons
+      "efficiency_budget_s": 1.0         # optional, the run time that earns the efficiency bonus
+    }
+
+``input`` is the single argument; ``args`` is the list of positional arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+_SIGNATURE_NAME = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", re.MULTILINE)
+
+
+class TaskError(ValueError):
+    """A task file or task object is malformed; the message names the problem and the fix."""
+
+
+class TestCase(BaseModel):
+    """One test: the call's arguments and the value the function must return."""
+
+    __test__ = False  # not a pytest test class
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    input: Any = Field(default=None, description="The single argument (use `args` for several).")
+    args: list[Any] | None = Field(default=None, description="Positional arguments of the call.")
+    expected: Any = Field(description="The exact value the function must return.")
+    has_input: bool = Field(default=False, exclude=True, description="Internal: `input` was given.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_of_input_or_args(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError('a test case must be an object like {"input": X, "expected": Y}')
+        if "expected" not in data:
+            raise ValueError('a test case needs "expected", the value the function must return')
+        has_input, has_args = "input" in data, "args" in data
+        if has_input == has_args:
+            raise ValueError('a test case needs exactly one of "input" (single argument) or "args" (a list)')
+        return {**data, "has_input": has_input}
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The case in the task file format (`input` kept even when it is null)."""
+        key = "input" if self.has_input else "args"
+        value = self.input if self.has_input else list(self.args or [])
+        return json.loads(json.dumps({key: value, "expected": self.expected}))
+
+    def call_args(self) -> list[Any]:
+        """The positional arguments the candidate is called with."""
+        return [self.input] if self.has_input else list(self.args or [])
+
+
+class CodeTask(BaseModel):
+    """A function-writing task graded by running its test cases in the sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str = Field(default="", description="A stable id; defaults to the entry point.")
+    task_description: str = Field(min_length=1, description="What the function must do.")
+    function_signature: str = Field(min_length=1, description="`def name(args) -> type:` shown to the policy.")
+    test_cases: list[TestCase] = Field(min_length=1, description="Developer tests, shown to the policy.")
+    hidden_test_cases: list[TestCase] = Field(default_factory=list, description="Tests never shown.")
+    entry_point: str = Field(default="", description="Function to call; defaults to the signature's name.")
+    time_limit_s: float = Field(default=2.0, gt=0, le=300, description="Wall-time limit for all tests.")
+    float_tolerance: float = Field(default=1e-6, ge=0, description="Relative and absolute float tolerance.")
+    efficiency_budget_s: float = Field(
+        default=1.0, gt=0, description="Runtime at or under which a run earns the efficiency bonus."
+    )
+    prompt: str = Field(default="", description="Optional full prompt (e.g. HumanEval's), else built.")
+    provenance: dict[str, Any] = Field(default_factory=dict, description="Where the task came from.")
+
+    @model_validator(mode="after")
+    def _fill_entry_point(self) -> CodeTask:
+        if not self.entry_point:
+            match = _SIGNATURE_NAME.search(self.function_signature)
+            if match is None:
+                raise ValueError(
+                    f"cannot find a function name in function_signature {self.function_signature!r}; "
+                    'write it as "def name(arg): ..." or set "entry_point"'
+                )
+            self.entry_point = match.group(1)
+        if not self.entry_point.isidentifier():
+            raise ValueError(f"entry_point {self.entry_point!r} is not a Python identifier")
+        if not self.task_id:
+            self.task_id = self.entry_point
+        return self
+
+    @property
+    def all_tests(self) -> list[tuple[TestCase, bool]]:
+        """Developer tests then hidden tests, each with its `hidden` flag."""
+        return [(t, False) for t in self.test_cases] + [(t, True) for t in self.hidden_test_cases]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The task as the JSON task format (tuples become lists)."""
+        data = json.loads(self.model_dump_json(exclude_defaults=True, exclude={"test_cases", "hidden_test_cases"}))
+        data["test_cases"] = [t.to_json_dict() for t in self.test_cases]
+        if self.hidden_test_cases:
+            data["hidden_test_cases"] = [t.to_json_dict() for t in self.hidden_test_cases]
+        return data
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid task {source}:"]
+    for item in err.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        msg = item["msg"].removeprefix("Value error, ")
+        lines.append(f"  - {where}: {msg}")
+    lines.append("  fix: see the task format in the README (Task format) or transferlab/coding_rl/tasks/code_task.py")
+    return "\n".join(lines)
+
+
+def task_from_dict(data: Any, source: str = "<dict>") -> CodeTask:
+    """Validate a parsed task; raises TaskError naming every problem."""
+    if not isinstance(data, dict):
+        raise TaskError(f"invalid task {source}: the top level must be a JSON object, got {type(data).__name__}")
+    try:
+        return CodeTask.model_validate(data)
+    except ValidationError as err:
+        raise TaskError(_format_validation_error(err, source)) from None
+
+
+def load_task(path: str | Path) -> CodeTask:
+    """Load and validate a task JSON file."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as err:
+        raise TaskError(f"cannot read task file {p}: {err.strerror}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise TaskError(f"task file {p} is not UTF-8 (byte {err.start}); save it as UTF-8") from None
+    except json.JSONDecodeError as err:
+        raise TaskError(f"task file {p} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    return task_from_dict(data, str(p))

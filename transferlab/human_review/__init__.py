@@ -1,0 +1,1 @@
+"""Suggestions, approval, exactly-once execution and delayed feedback (issue 7)."""

@@ -1,0 +1,1 @@
+"""What both domains share: configs, run store, metrics logging, the CLI."""

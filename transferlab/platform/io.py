@@ -1,0 +1,95 @@
+"""Crash-safe file writes: write a temp file next to the target, fsync it, then ``os.replace``.
+
+A reader never sees a half-written file: it sees either the old content or the new one. The temp
+file lives in the target's directory so that ``os.replace`` is a same-filesystem rename, and it is
+removed if anything fails before the rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_parquet", "atomic_write_text"]
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Best-effort fsync of a directory so the rename itself is durable (no-op where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temp_path_for(path: Path) -> Path:
+    """Create (and close) an empty temp file in ``path``'s directory and return its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def _commit(tmp: Path, path: Path) -> None:
+    """fsync ``tmp``, rename it over ``path`` and fsync the directory."""
+    with open(tmp, "rb+") as fh:
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Atomically write ``data`` to ``path`` (parent directories are created). Returns the path."""
+    target = Path(path)
+    tmp = _temp_path_for(target)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    """Atomically write ``text`` to ``path`` in ``encoding``. Returns the path."""
+    return atomic_write_bytes(path, text.encode(encoding))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Atomically write ``obj`` as JSON (indent 2, sorted keys, trailing newline). Returns the path.
+
+    Serialisation happens before the file is touched, so an unserialisable object leaves any
+    existing file unchanged.
+    """
+    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return atomic_write_text(path, text)
+
+
+def atomic_write_parquet(path: str | os.PathLike[str], df: pd.DataFrame) -> Path:
+    """Atomically write ``df`` to ``path`` as Parquet (no index). Returns the path."""
+    target = Path(path)
+    tmp = _temp_path_for(target)
+    try:
+        df.to_parquet(tmp, index=False)
+        _commit(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target
