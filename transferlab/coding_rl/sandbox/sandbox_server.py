@@ -491,6 +491,9 @@ class Server:
 
     def __init__(self, uid: int, jail: str | None, work_root: str, pidns: bool) -> None:
         self.uid = uid
+        # Forking ahead needs a PID namespace per job: without one, killing the uid after a job would
+        # also kill the warm child, which already runs as that uid.
+        self.prefork = pidns
         self.jail = jail
         self.work_root = work_root
         self.devnull = os.open("/dev/null", os.O_RDWR)
@@ -533,7 +536,8 @@ class Server:
         except OSError:
             pass  # the child died before the job; supervise reports it as missing results
         os.close(child["job_w"])
-        self.prepare()  # the next child warms up on another core while this one runs
+        if self.prefork:
+            self.prepare()  # the next child warms up on another core while this one runs
         try:
             report = supervise(child["pid"], child["result_r"], child["out_r"], job["limits"], started)
         finally:
@@ -560,7 +564,8 @@ def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
         except Exception as exc:
             reply = {"infra_error": "server failed: " + repr(exc)[:300]}
         write_all(out_fd, pack_frame(reply))
-        server.prepare()
+        if server.prefork:
+            server.prepare()
 
 
 def main(argv: list[str]) -> int:
@@ -603,7 +608,8 @@ def main(argv: list[str]) -> int:
         write_all(out_fd, pack_frame(reply))
         return 0
     if args.stdio:
-        server.prepare()
+        if server.prefork:
+            server.prepare()
         write_all(out_fd, pack_frame({"ready": True, "pid": os.getpid()}))
         _serve_stream(server, in_fd, out_fd)
         return 0

@@ -1,0 +1,323 @@
+"""Sandbox backends: where untrusted code runs.
+
+Every backend takes an :class:`ExecutionRequest` (source, entry point, encoded call inputs, limits) and
+returns the sandbox server's raw report: frames the child wrote, captured output, why it ended. None of
+them ever sees an expected value. Grading happens in :mod:`transferlab.coding_rl.sandbox.verifier`.
+
+- ``forkserver``: warm fork servers, each in fresh mount + network namespaces with a read-only chroot;
+  one PID namespace, unprivileged uid and rlimits per job. Needs root (Linux namespaces).
+- ``subprocess``: a fresh interpreter per job with the same rlimits and uid drop, no namespaces: the
+  portable fallback. It does not hide the host's files or network (see the README's threat table).
+- ``docker``: :mod:`transferlab.coding_rl.sandbox.docker_backend`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from transferlab.coding_rl.sandbox import sandbox_server as wire
+from transferlab.coding_rl.sandbox.config import SandboxConfig
+
+SERVER_PATH = Path(wire.__file__).resolve()
+SERVER_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site (.pth files never run), no bytecode writes
+
+
+class SandboxUnavailable(RuntimeError):
+    """The backend cannot run on this machine; the message says why and what to use instead."""
+
+
+class InfraError(RuntimeError):
+    """The sandbox itself failed (not the candidate); the job is retried and never counts as a pass."""
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    """One job: the candidate's source, what to call, the encoded argument lists, the limits."""
+
+    source: str
+    entry_point: str
+    inputs: list[Any]
+    limits: dict[str, float | int]
+
+    def to_job(self) -> dict[str, Any]:
+        return {"source": self.source, "entry_point": self.entry_point, "inputs": self.inputs,
+                "limits": self.limits}
+
+
+@dataclass
+class ExecutionReport:
+    """What the sandbox saw; see `sandbox_server.supervise` for the fields."""
+
+    reason: str | None = None  # None, "timeout" or "output_limit"
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    output: str = ""
+    output_bytes: int = 0
+    exit_code: int | None = None
+    signal: int | None = None
+    wall_s: float = 0.0
+    infra_error: str | None = None
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> ExecutionReport:
+        if not isinstance(raw, dict):
+            return cls(infra_error="malformed reply from the sandbox server")
+        if "infra_error" in raw and "frames" not in raw:
+            return cls(infra_error=str(raw["infra_error"]))
+        frames = [f for f in raw.get("frames", []) if isinstance(f, dict)]
+        return cls(reason=raw.get("reason"), frames=frames, output=str(raw.get("output", "")),
+                   output_bytes=int(raw.get("output_bytes", 0)), exit_code=raw.get("exit_code"),
+                   signal=raw.get("signal"), wall_s=float(raw.get("wall_s", 0.0)),
+                   infra_error=raw.get("infra_error"))
+
+
+class SandboxBackend(Protocol):
+    """Runs jobs; thread-safe, at most `workers` at a time."""
+
+    name: str
+    workers: int
+
+    def execute(self, request: ExecutionRequest) -> ExecutionReport: ...
+
+    def close(self) -> None: ...
+
+
+def read_frame_until(fd: int, deadline: float) -> Any:
+    """Read one frame from fd, raising InfraError if it does not arrive by `deadline` (monotonic)."""
+    buf = bytearray()
+    need = 4
+    while len(buf) < need:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise InfraError("the sandbox server did not answer in time")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, min(need - len(buf), 1 << 20))
+        if not chunk:
+            raise InfraError("the sandbox server closed the connection")
+        buf.extend(chunk)
+        if need == 4 and len(buf) == 4:
+            size = int.from_bytes(buf, "big")
+            if size > wire.MAX_FRAME:
+                raise InfraError("oversized frame from the sandbox server")
+            need = 4 + size
+    return json.loads(bytes(buf[4:]).decode("utf-8"))
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+class _ForkServer:
+    """One warm server process (stdio frames), jailed in its own namespaces."""
+
+    def __init__(self, uid: int, config: SandboxConfig) -> None:
+        self.jail_dir = tempfile.mkdtemp(prefix="transferlab-jail-")
+        self.log = tempfile.TemporaryFile()
+        cmd = [sys.executable, *SERVER_FLAGS, str(SERVER_PATH), "--stdio", "--jail", self.jail_dir, "--pidns",
+               "--uid", str(uid), "--jail-size-mb", str(config.jail_size_mb)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     env={}, close_fds=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        try:
+            read_frame_until(self.out_fd, time.monotonic() + 20)
+        except InfraError:
+            self.close()
+            raise SandboxUnavailable(
+                "the fork server did not start: " + self._log_tail()
+                + "\nfix: run as root on Linux (it needs mount/network/PID namespaces), or use --backend subprocess"
+            ) from None
+
+    def _log_tail(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")[-800:].strip() or "(no output)"
+
+    def run(self, job: dict[str, Any]) -> Any:
+        wire.write_all(self.in_fd, wire.pack_frame(job))
+        return read_frame_until(self.out_fd, time.monotonic() + float(job["limits"]["wall_s"]) + 10)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout=3)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        self.log.close()
+        shutil.rmtree(self.jail_dir, ignore_errors=True)
+
+
+class _UidPool:
+    """Hands out distinct unprivileged uids so parallel jobs can be killed per uid."""
+
+    def __init__(self, first: int, count: int) -> None:
+        self._free: queue.Queue[int] = queue.Queue()
+        for uid in range(first, first + count):
+            self._free.put(uid)
+
+    def take(self) -> int:
+        return self._free.get()
+
+    def give(self, uid: int) -> None:
+        self._free.put(uid)
+
+
+class ForkServerBackend:
+    """Warm fork servers, `workers` of them, each serving one job at a time."""
+
+    name = "forkserver"
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        if sys.platform != "linux" or not _is_root():
+            raise SandboxUnavailable(
+                "the forkserver backend needs root on Linux: it enters fresh mount, network and PID "
+                "namespaces and drops each job to an unprivileged uid. Run as root, or use --backend "
+                "subprocess (weaker isolation) or --backend docker."
+            )
+        self.workers = self.config.workers
+        self._uids = _UidPool(self.config.uid_base, self.workers)
+        self._idle: queue.LifoQueue[_ForkServer] = queue.LifoQueue()
+        self._slots = threading.Semaphore(self.workers)
+        self._lock = threading.Lock()
+        self._servers: dict[int, _ForkServer] = {}
+        self._closed = False
+
+    def _acquire(self) -> _ForkServer:
+        try:
+            server = self._idle.get_nowait()
+            if server.alive():
+                return server
+            self._discard(server)
+        except queue.Empty:
+            pass
+        uid = self._uids.take()
+        try:
+            server = _ForkServer(uid, self.config)
+        except BaseException:
+            self._uids.give(uid)
+            raise
+        with self._lock:
+            self._servers[id(server)] = server
+        server.uid = uid  # type: ignore[attr-defined]
+        return server
+
+    def _discard(self, server: _ForkServer) -> None:
+        server.close()
+        with self._lock:
+            self._servers.pop(id(server), None)
+        self._uids.give(server.uid)  # type: ignore[attr-defined]
+
+    def execute(self, request: ExecutionRequest) -> ExecutionReport:
+        if self._closed:
+            raise RuntimeError("backend is closed")
+        with self._slots:
+            server = self._acquire()
+            try:
+                raw = server.run(request.to_job())
+            except (InfraError, OSError, ValueError) as exc:
+                self._discard(server)
+                return ExecutionReport(infra_error=f"fork server failed: {exc}")
+            self._idle.put(server)
+        return ExecutionReport.from_raw(raw)
+
+    def server_pids(self) -> list[int]:
+        """Process ids of the warm servers (for tests that kill one)."""
+        with self._lock:
+            return [s.proc.pid for s in self._servers.values() if s.alive()]
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            servers = list(self._servers.values())
+            self._servers.clear()
+        for server in servers:
+            server.close()
+
+    def __enter__(self) -> ForkServerBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SubprocessBackend:
+    """A fresh interpreter per job: same rlimits and uid drop as the fork server, no namespaces."""
+
+    name = "subprocess"
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.workers = self.config.workers
+        self._uids = _UidPool(self.config.uid_base + 100, self.workers)
+        self.drops_privileges = _is_root()
+
+    def execute(self, request: ExecutionRequest) -> ExecutionReport:
+        uid = self._uids.take()
+        work_root = tempfile.mkdtemp(prefix="transferlab-sub-")
+        os.chmod(work_root, 0o711)
+        cmd = [sys.executable, *SERVER_FLAGS, str(SERVER_PATH), "--once", "--uid", str(uid),
+               "--work-root", work_root]
+        try:
+            with tempfile.TemporaryFile() as log:
+                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                        env={}, close_fds=True)
+                assert proc.stdin is not None and proc.stdout is not None
+                try:
+                    wire.write_all(proc.stdin.fileno(), wire.pack_frame(request.to_job()))
+                    proc.stdin.close()
+                    deadline = time.monotonic() + float(request.limits["wall_s"]) + 15
+                    raw = read_frame_until(proc.stdout.fileno(), deadline)
+                except (InfraError, OSError, ValueError) as exc:
+                    proc.kill()
+                    log.seek(0)
+                    tail = log.read().decode("utf-8", "replace")[-300:]
+                    return ExecutionReport(infra_error=f"subprocess sandbox failed: {exc} {tail}".strip())
+                finally:
+                    proc.stdout.close()
+                    proc.wait()
+        finally:
+            shutil.rmtree(work_root, ignore_errors=True)
+            self._uids.give(uid)
+        return ExecutionReport.from_raw(raw)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> SubprocessBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def make_backend(config: SandboxConfig) -> SandboxBackend:
+    """Build the backend named by `config.backend`."""
+    if config.backend == "forkserver":
+        return ForkServerBackend(config)
+    if config.backend == "subprocess":
+        return SubprocessBackend(config)
+    from transferlab.coding_rl.sandbox.docker_backend import DockerBackend
+
+    return DockerBackend(config)

@@ -1,0 +1,212 @@
+"""The verifier: runs a candidate through a sandbox backend and grades it, failing closed.
+
+Rules (the README's "Grading rules"):
+- the sandbox only ever receives call inputs; expected values stay in this process;
+- the candidate's return values arrive as plain tagged data (exact types) and are compared here, so
+  an object whose ``__eq__`` always says yes, or a str/list subclass, cannot pass;
+- a test with no result is a failure; the exit code means nothing;
+- an ``infra_error`` (the sandbox itself failed) is retried and never counts as a pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from transferlab.coding_rl.rewards import CodeRewardSpec, code_reward
+from transferlab.coding_rl.sandbox import sandbox_server as wire
+from transferlab.coding_rl.sandbox.backends import ExecutionReport, ExecutionRequest, SandboxBackend
+from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.coding_rl.tasks.code_task import CodeTask
+
+Status = Literal["passed", "failed", "error", "timeout", "memory_limit", "output_limit", "infra_error"]
+STATUSES: tuple[str, ...] = ("passed", "failed", "error", "timeout", "memory_limit", "output_limit",
+                             "infra_error")
+
+
+class TestOutcome(BaseModel):
+    """One test's verdict. Hidden tests carry no message."""
+
+    __test__ = False
+    index: int = Field(description="Position among developer tests then hidden tests.")
+    hidden: bool = Field(description="A hidden test: only pass/fail is reported.")
+    status: Literal["passed", "failed"] = Field(description="The verdict.")
+    message: str = Field(default="", description="Why it failed (developer tests only).")
+
+
+class GradeResult(BaseModel):
+    """The verdict on one solution."""
+
+    task_id: str
+    status: Status
+    passed: int
+    total: int
+    pass_rate: float
+    executed: bool
+    reward: float
+    reward_components: dict[str, float]
+    runtime_s: float
+    tests: list[TestOutcome]
+    message: str = ""
+    output: str = ""
+    backend: str = ""
+    infra_retries: int = 0
+
+    def to_public_json(self) -> dict[str, Any]:
+        """The `--json` form of the CLI."""
+        return self.model_dump(mode="json")
+
+
+def values_equal(expected: Any, got: Any, tol: float) -> bool:
+    """Strict equality of plain data: exact container types, bool is not int, floats within `tol`."""
+    te = type(expected)
+    if expected is None or te is str:
+        return type(got) is te and got == expected
+    if te is bool:
+        return type(got) is bool and got is expected
+    if te in (int, float):
+        if type(got) not in (int, float):
+            return False
+        if te is int and type(got) is int:
+            return bool(got == expected)
+        if math.isnan(expected) or math.isnan(got):
+            return math.isnan(expected) and math.isnan(got)
+        return math.isclose(got, expected, rel_tol=tol, abs_tol=tol)
+    if te in (list, tuple):
+        return (type(got) is te and len(got) == len(expected)
+                and all(values_equal(e, g, tol) for e, g in zip(expected, got, strict=True)))
+    if te is dict:
+        return (type(got) is dict and set(got) == set(expected)
+                and all(values_equal(v, got[k], tol) for k, v in expected.items()))
+    raise TypeError(f"expected value of unsupported type {te.__name__}")
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _test_outcome(index: int, hidden: bool, expected: Any, frame: dict[str, Any] | None,
+                  tol: float) -> TestOutcome:
+    if frame is None:
+        ok, msg = False, "no result (the process ended or was stopped before this test reported)"
+    elif frame.get("ok") is not True:
+        ok, msg = False, str(frame.get("msg", "error"))[:300]
+    else:
+        try:
+            got = wire.decode_value(frame.get("value"))
+        except (ValueError, TypeError):
+            ok, msg = False, "malformed result"
+        else:
+            ok = values_equal(expected, got, tol)
+            msg = "" if ok else f"expected {_short(expected)}, got {_short(got)}"
+    return TestOutcome(index=index, hidden=hidden, status="passed" if ok else "failed",
+                       message="" if (ok or hidden) else msg)
+
+
+def _results_by_index(frames: list[dict[str, Any]], n: int) -> dict[int, dict[str, Any]]:
+    """First result frame per valid index; duplicates and garbage are ignored (fail closed)."""
+    out: dict[int, dict[str, Any]] = {}
+    for frame in frames:
+        i = frame.get("i")
+        if frame.get("e") == "result" and type(i) is int and 0 <= i < n and i not in out:
+            out[i] = frame
+    return out
+
+
+def classify(report: ExecutionReport, results: dict[int, dict[str, Any]], n: int,
+             all_passed: bool) -> tuple[Status, bool, str]:
+    """Status, whether the code executed, and a one-line message, from what the sandbox saw."""
+    events = [f.get("e") for f in report.frames]
+    load_error = next((f for f in report.frames if f.get("e") == "load_error"), None)
+    executed = "loaded" in events and load_error is None
+    memory = (load_error is not None and load_error.get("kind") == "memory") or any(
+        f.get("kind") == "memory" for f in results.values())
+    if report.infra_error:
+        return "infra_error", False, report.infra_error
+    if report.reason == "timeout":
+        return "timeout", executed, f"stopped at the wall-time limit after {report.wall_s:.2f}s"
+    if report.reason == "output_limit":
+        return "output_limit", executed, f"output exceeded the limit ({report.output_bytes} bytes seen)"
+    if memory:
+        return "memory_limit", executed, "the memory limit was hit (MemoryError)"
+    if load_error is not None:
+        return "error", False, "the code did not load: " + str(load_error.get("msg", ""))[:300]
+    if not executed:
+        return "error", False, _ended_early(report, "before the code loaded")
+    if all_passed and len(results) == n:
+        return "passed", True, ""
+    if "done" in events:
+        return "failed", True, ""
+    return "error", True, _ended_early(report, "before every test reported")
+
+
+def _ended_early(report: ExecutionReport, when: str) -> str:
+    if report.signal is not None:
+        return f"the process was killed by signal {report.signal} {when}"
+    return f"the process exited (code {report.exit_code}) {when}"
+
+
+class Verifier:
+    """Grades solutions of code tasks in a sandbox backend, one by one or in parallel batches."""
+
+    def __init__(self, backend: SandboxBackend, config: SandboxConfig | None = None,
+                 reward_spec: CodeRewardSpec | None = None) -> None:
+        self.backend = backend
+        self.config = config or SandboxConfig()
+        self.reward_spec = reward_spec or CodeRewardSpec()
+
+    def grade(self, task: CodeTask, source: str) -> GradeResult:
+        """Run `source` against every test of `task` and return the verdict and reward."""
+        tests = task.all_tests
+        size = len(source.encode("utf-8", "surrogatepass"))
+        if size > self.config.max_source_bytes:
+            return self._refused(task, f"the source is {size:,} bytes; the limit is "
+                                       f"{self.config.max_source_bytes:,} (SandboxConfig.max_source_bytes)")
+        request = ExecutionRequest(
+            source=source, entry_point=task.entry_point,
+            inputs=[wire.encode_value(case.call_args()) for case, _ in tests],
+            limits=self.config.job_limits(task.time_limit_s))
+        report, retries = self.backend.execute(request), 0
+        while report.infra_error and retries < self.config.retries:
+            retries += 1
+            report = self.backend.execute(request)
+        return self._grade_report(task, report, retries)
+
+    def grade_many(self, items: Sequence[tuple[CodeTask, str]]) -> list[GradeResult]:
+        """Grade many (task, source) pairs, `backend.workers` at a time, results in input order."""
+        with ThreadPoolExecutor(max_workers=self.backend.workers) as pool:
+            return list(pool.map(lambda item: self.grade(*item), items))
+
+    def _grade_report(self, task: CodeTask, report: ExecutionReport, retries: int) -> GradeResult:
+        tests = task.all_tests
+        n = len(tests)
+        results = _results_by_index(report.frames, n)
+        outcomes = [_test_outcome(i, hidden, case.expected, results.get(i), task.float_tolerance)
+                    for i, (case, hidden) in enumerate(tests)]
+        passed = sum(o.status == "passed" for o in outcomes)
+        status, executed, message = classify(report, results, n, passed == n)
+        if status == "infra_error":
+            passed, outcomes = 0, [o.model_copy(update={"status": "failed", "message": ""}) for o in outcomes]
+        pass_rate = passed / n
+        efficient = (passed > 0 and status in ("passed", "failed")
+                     and report.wall_s <= task.efficiency_budget_s)
+        reward = code_reward(executed=executed, pass_rate=pass_rate, efficient=efficient, spec=self.reward_spec)
+        return GradeResult(
+            task_id=task.task_id, status=status, passed=passed, total=n, pass_rate=pass_rate,
+            executed=executed, reward=reward.total, reward_components=reward.components,
+            runtime_s=round(report.wall_s, 6), tests=outcomes, message=message,
+            output=report.output[:2000], backend=self.backend.name, infra_retries=retries)
+
+    def _refused(self, task: CodeTask, message: str) -> GradeResult:
+        n = len(task.all_tests)
+        outcomes = [TestOutcome(index=i, hidden=h, status="failed", message="" if h else "not run")
+                    for i, (_, h) in enumerate(task.all_tests)]
+        reward = code_reward(executed=False, pass_rate=0.0, efficient=False, spec=self.reward_spec)
+        return GradeResult(task_id=task.task_id, status="error", passed=0, total=n, pass_rate=0.0,
+                           executed=False, reward=reward.total, reward_components=reward.components,
+                           runtime_s=0.0, tests=outcomes, message=message, backend=self.backend.name)

