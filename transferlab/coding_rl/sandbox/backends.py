@@ -124,6 +124,7 @@ class _ForkServer:
     """One warm server process (stdio frames), jailed in its own namespaces."""
 
     def __init__(self, uid: int, config: SandboxConfig) -> None:
+        self.grace_s = config.client_grace_s
         self.jail_dir = tempfile.mkdtemp(prefix="transferlab-jail-")
         self.log = tempfile.TemporaryFile()
         cmd = [sys.executable, *SERVER_FLAGS, str(SERVER_PATH), "--stdio", "--jail", self.jail_dir, "--pidns",
@@ -147,7 +148,7 @@ class _ForkServer:
 
     def run(self, job: dict[str, Any]) -> Any:
         wire.write_all(self.in_fd, wire.pack_frame(job))
-        return read_frame_until(self.out_fd, time.monotonic() + float(job["limits"]["wall_s"]) + 10)
+        return read_frame_until(self.out_fd, time.monotonic() + float(job["limits"]["wall_s"]) + self.grace_s)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -287,7 +288,7 @@ class SubprocessBackend:
                 try:
                     wire.write_all(proc.stdin.fileno(), wire.pack_frame(request.to_job()))
                     proc.stdin.close()
-                    deadline = time.monotonic() + float(request.limits["wall_s"]) + 15
+                    deadline = time.monotonic() + float(request.limits["wall_s"]) + self.config.client_grace_s + 5
                     raw = read_frame_until(proc.stdout.fileno(), deadline)
                 except (InfraError, OSError, ValueError) as exc:
                     proc.kill()

@@ -38,6 +38,11 @@ class SandboxConfig(BaseConfig):
     max_source_bytes: int = Field(
         default=1024 * 1024, ge=1, description="Largest solution accepted; larger ones are refused unrun."
     )
+    client_grace_s: float = Field(
+        default=10.0, gt=0, le=600,
+        description="How long past the job's wall limit a client waits for the sandbox before calling it an "
+        "infra_error and replacing the server or container.",
+    )
     retries: int = Field(default=2, ge=0, le=10, description="Retries of a job that hit an infra_error.")
     uid_base: int = Field(
         default=61000, ge=1000, le=2**31 - 2, description="First of the unprivileged uids candidates run as."

@@ -364,8 +364,11 @@ def kill_uid(uid: int) -> bool:
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
             for _ in range(200):
-                os.kill(-1, signal.SIGSTOP)
-                os.kill(-1, signal.SIGKILL)
+                for sig in (signal.SIGSTOP, signal.SIGKILL):
+                    try:
+                        os.kill(-1, sig)
+                    except ProcessLookupError:
+                        pass  # nothing else in this PID namespace
                 if not _live_processes_of(uid):
                     code = 0
                     break

@@ -1,0 +1,37 @@
+# transferlab: `make demo` and `make test` are all a new user types.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.install-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-fast lint bench clean
+
+# Create .venv when missing and install with the constraints (torch==2.13.0, the CPU wheel on disk).
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/transferlab demo
+
+test: install
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check transferlab tests benchmarks
+	$(VENV)/bin/ruff format --check transferlab tests benchmarks
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) benchmarks/sandbox_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,231 @@
+"""``transferlab demo``: the main job, a run in the run store built from a list of sections.
+
+Each section is a :class:`DemoSection`: a title and a function that takes the :class:`DemoContext`
+(config, console, run) and returns a summary dict; the summaries are saved as the ``summary.json``
+artifact. A section logs its metrics under its own namespace through ``ctx.run.logger`` and writes
+its artifacts through ``ctx.run``; it imports its domain modules inside the function, so importing
+this module stays cheap. To add a section, append it to :data:`SECTIONS`.
+
+Sections so far:
+
+1. ``coding: seed tasks in the sandbox``: grades every seed solution (quick sort from seed 000,
+   binary search from seed 004), then the seed 000 worked example: the buggy quick sort's reward
+   (8.0) and its advantage against an expected reward of 7.5 (+0.5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+from rich.console import Console
+
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.runstore import Run, RunStore
+
+if TYPE_CHECKING:
+    from transferlab.coding_rl.sandbox.backends import SandboxBackend
+    from transferlab.coding_rl.sandbox.config import BackendName, SandboxConfig
+
+__all__ = [
+    "EXPERIMENT",
+    "SECTIONS",
+    "DemoConfig",
+    "DemoContext",
+    "DemoResult",
+    "DemoSection",
+    "coding_seed_tasks",
+    "run_demo",
+]
+
+EXPERIMENT = "demo"
+SEED000_EXPECTED_REWARD = 7.5
+"""The expected reward (baseline) of seed 000's worked example."""
+SEED000_SOLUTION = "quick_sort_buggy.py"
+
+
+class DemoConfig(BaseConfig):
+    """What ``transferlab demo`` was run with (saved as the run's config.json)."""
+
+    backend: Literal["forkserver", "subprocess", "docker"] = Field(
+        default="forkserver",
+        description="Sandbox backend for the coding sections; if unavailable, the demo falls back to "
+        "subprocess and records that in the section summary.",
+    )
+    runs_root: Path = Field(default=Path("runs"), description="Root directory of the run store.")
+
+
+@dataclass
+class DemoContext:
+    """What every section gets: the config, the console to print on and the run to record into."""
+
+    config: DemoConfig
+    console: Console
+    run: Run
+
+
+SectionFn = Callable[[DemoContext], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class DemoSection:
+    """One part of the demo: a title and a function returning a (JSON-serialisable) summary dict."""
+
+    title: str
+    run: SectionFn
+
+
+@dataclass
+class DemoResult:
+    """Where the run went and what each section reported."""
+
+    run_dir: Path
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """False if a section reported ``ok: False`` (e.g. the sandbox itself failed)."""
+        return all(summary.get("ok", True) is not False for summary in self.summaries.values())
+
+
+# --------------------------------------------------------------------------- coding: seed tasks
+
+
+def open_sandbox(backend: BackendName, console: Console) -> tuple[SandboxBackend, SandboxConfig, str | None]:
+    """The backend named ``backend``, else subprocess; returns (backend, config, why it fell back)."""
+    from transferlab.coding_rl.sandbox.backends import SandboxUnavailable, make_backend
+    from transferlab.coding_rl.sandbox.config import SandboxConfig
+
+    config = SandboxConfig(backend=backend, workers=1)
+    try:
+        return make_backend(config), config, None
+    except (SandboxUnavailable, ImportError) as err:
+        if backend == "subprocess":
+            raise
+        reason = f"the {backend} backend is unavailable here: {err}"
+    console.print(f"[yellow]{reason}[/]", markup=True, highlight=False)
+    console.print("[yellow]falling back to --backend subprocess (weaker isolation)[/]")
+    config = SandboxConfig(backend="subprocess", workers=1)
+    return make_backend(config), config, reason
+
+
+def _num(value: float) -> str:
+    """8.0, 4.75, 12.0: a reward as Python writes it, rounded to 6 decimals."""
+    return repr(round(float(value), 6))
+
+
+def _components(components: dict[str, float]) -> str:
+    return " + ".join(f"{name} {_num(value)}" for name, value in components.items())
+
+
+def coding_seed_tasks(ctx: DemoContext) -> dict[str, Any]:
+    """Grade every seed solution in the sandbox, then show seed 000's reward and advantage."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+    from rich.table import Table
+
+    from transferlab.coding_rl.rewards import advantage
+    from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
+    from transferlab.coding_rl.tasks.seed_tasks import seed_solutions
+
+    console, logger = ctx.console, ctx.run.logger
+    solutions = seed_solutions()
+    sandbox, config, fallback = open_sandbox(ctx.config.backend, console)
+    results: list[GradeResult] = []
+    try:
+        verifier = Verifier(sandbox, config)
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=console, transient=True) as progress:
+            bar = progress.add_task("grading", total=len(solutions))
+            for step, solution in enumerate(solutions):
+                progress.update(bar, description=f"grading: {solution.label}")
+                result = verifier.grade(solution.task, solution.source)
+                results.append(result)
+                logger.log(step, {
+                    "sandbox/reward": result.reward,
+                    "sandbox/pass_rate": result.pass_rate,
+                    "sandbox/passed": result.passed,
+                    "sandbox/total": result.total,
+                    "sandbox/executed": float(result.executed),
+                    "sandbox/runtime_s": result.runtime_s,
+                })
+                progress.advance(bar)
+    finally:
+        sandbox.close()
+
+    table = Table(title=f"seed solutions ({config.backend} backend)", title_justify="left")
+    for column, justify in (("solution", "left"), ("status", "left"), ("passed", "right"),
+                            ("reward", "right"), ("components", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for solution, result in zip(solutions, results, strict=True):
+        colour = "green" if result.status == "passed" else "red" if result.status == "infra_error" else "yellow"
+        table.add_row(solution.label, f"[{colour}]{result.status}[/]", f"{result.passed}/{result.total}",
+                      f"{_num(result.reward)}", _components(result.reward_components))
+    console.print(table)
+
+    grades = [
+        {"label": s.label, "task_file": s.task_file.name, "solution_file": s.solution_file.name,
+         "grade": r.to_public_json()}
+        for s, r in zip(solutions, results, strict=True)
+    ]
+    ctx.run.write_artifact_json("grades.json", grades)
+
+    summary: dict[str, Any] = {
+        "backend": config.backend,
+        "fallback": fallback,
+        "solutions": len(results),
+        "passed": sum(r.status == "passed" for r in results),
+        "mean_reward": round(sum(r.reward for r in results) / len(results), 6),
+        "infra_errors": sum(r.status == "infra_error" for r in results),
+    }
+    worked = next((i for i, s in enumerate(solutions) if s.solution_file.name == SEED000_SOLUTION), None)
+    if worked is not None:
+        buggy = results[worked]
+        adv = advantage(buggy.reward, baseline=SEED000_EXPECTED_REWARD)
+        logger.log(worked, {"sandbox/seed000_advantage": adv})
+        console.print(
+            f"seed 000 worked example: the buggy quick sort ({buggy.passed}/{buggy.total} tests) earns "
+            f"reward {_num(buggy.reward)} ({_components(buggy.reward_components)}); against an expected "
+            f"reward of {_num(SEED000_EXPECTED_REWARD)} its advantage is {adv:+g}",
+            highlight=False,
+        )
+        summary.update(seed000_reward=buggy.reward, seed000_expected_reward=SEED000_EXPECTED_REWARD,
+                       seed000_advantage=adv)
+    summary["ok"] = summary["infra_errors"] == 0
+    return summary
+
+
+SECTIONS: list[DemoSection] = [
+    DemoSection("coding: seed tasks in the sandbox", coding_seed_tasks),
+]
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def run_demo(
+    backend: str = "forkserver",
+    runs_root: str | Path = "runs",
+    *,
+    console: Console | None = None,
+    sections: Sequence[DemoSection] | None = None,
+) -> DemoResult:
+    """Run every section into a new run of experiment "demo" under ``runs_root``.
+
+    The run ends ``finished``, or ``failed`` (with the error in meta.json) if a section raised, in
+    which case the exception propagates.
+    """
+    console = console or Console()
+    config = DemoConfig(backend=backend, runs_root=Path(runs_root))  # type: ignore[arg-type]
+    run = RunStore(config.runs_root).create_run(EXPERIMENT, config)
+    result = DemoResult(run_dir=run.dir)
+    with run:
+        for number, section in enumerate(sections if sections is not None else SECTIONS, start=1):
+            console.rule(f"[bold]{number}. {section.title}")
+            result.summaries[section.title] = section.run(DemoContext(config=config, console=console, run=run))
+        run.write_artifact_json("summary.json", result.summaries)
+    status = "finished" if result.ok else "finished, with sandbox failures"
+    console.print(f"run directory: {run.dir} ({status})", highlight=False)
+    return result
