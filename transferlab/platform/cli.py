@@ -33,7 +33,9 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,  # plain help: typer's rich help costs ~0.35 s of imports per call
 )
-runs_app = typer.Typer(name="runs", help="Inspect the run store.", no_args_is_help=True, rich_markup_mode=None)
+runs_app = typer.Typer(
+    name="runs", help="Inspect the run store.", no_args_is_help=True, rich_markup_mode=None
+)
 
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(runs_app, name="runs")
@@ -63,8 +65,12 @@ def _root(
 def demo(
     backend: Annotated[
         Backend,
-        typer.Option("--backend", "-b", case_sensitive=False,
-                     help="Sandbox backend; if it is unavailable here the demo falls back to subprocess."),
+        typer.Option(
+            "--backend",
+            "-b",
+            case_sensitive=False,
+            help="Sandbox backend; if it is unavailable here the demo falls back to subprocess.",
+        ),
     ] = Backend.forkserver,
     runs_root: RunsRootOption = Path("runs"),
 ) -> None:
@@ -88,7 +94,8 @@ def demo(
 @runs_app.command("list")
 def runs_list(
     experiment: Annotated[
-        str | None, typer.Option("--experiment", "-e", help="Only this experiment's runs.", show_default=False)
+        str | None,
+        typer.Option("--experiment", "-e", help="Only this experiment's runs.", show_default=False),
     ] = None,
     runs_root: RunsRootOption = Path("runs"),
 ) -> None:

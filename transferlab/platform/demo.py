@@ -136,38 +136,63 @@ def coding_seed_tasks(ctx: DemoContext) -> dict[str, Any]:
     results: list[GradeResult] = []
     try:
         verifier = Verifier(sandbox, config)
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=console, transient=True) as progress:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             bar = progress.add_task("grading", total=len(solutions))
             for step, solution in enumerate(solutions):
                 progress.update(bar, description=f"grading: {solution.label}")
                 result = verifier.grade(solution.task, solution.source)
                 results.append(result)
-                logger.log(step, {
-                    "sandbox/reward": result.reward,
-                    "sandbox/pass_rate": result.pass_rate,
-                    "sandbox/passed": result.passed,
-                    "sandbox/total": result.total,
-                    "sandbox/executed": float(result.executed),
-                    "sandbox/runtime_s": result.runtime_s,
-                })
+                logger.log(
+                    step,
+                    {
+                        "sandbox/reward": result.reward,
+                        "sandbox/pass_rate": result.pass_rate,
+                        "sandbox/passed": result.passed,
+                        "sandbox/total": result.total,
+                        "sandbox/executed": float(result.executed),
+                        "sandbox/runtime_s": result.runtime_s,
+                    },
+                )
                 progress.advance(bar)
     finally:
         sandbox.close()
 
     table = Table(title=f"seed solutions ({config.backend} backend)", title_justify="left")
-    for column, justify in (("solution", "left"), ("status", "left"), ("passed", "right"),
-                            ("reward", "right"), ("components", "left")):
+    for column, justify in (
+        ("solution", "left"),
+        ("status", "left"),
+        ("passed", "right"),
+        ("reward", "right"),
+        ("components", "left"),
+    ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for solution, result in zip(solutions, results, strict=True):
-        colour = "green" if result.status == "passed" else "red" if result.status == "infra_error" else "yellow"
-        table.add_row(solution.label, f"[{colour}]{result.status}[/]", f"{result.passed}/{result.total}",
-                      f"{_num(result.reward)}", _components(result.reward_components))
+        colour = (
+            "green" if result.status == "passed" else "red" if result.status == "infra_error" else "yellow"
+        )
+        table.add_row(
+            solution.label,
+            f"[{colour}]{result.status}[/]",
+            f"{result.passed}/{result.total}",
+            f"{_num(result.reward)}",
+            _components(result.reward_components),
+        )
     console.print(table)
 
     grades = [
-        {"label": s.label, "task_file": s.task_file.name, "solution_file": s.solution_file.name,
-         "grade": r.to_public_json()}
+        {
+            "label": s.label,
+            "task_file": s.task_file.name,
+            "solution_file": s.solution_file.name,
+            "grade": r.to_public_json(),
+        }
         for s, r in zip(solutions, results, strict=True)
     ]
     ctx.run.write_artifact_json("grades.json", grades)
@@ -191,8 +216,11 @@ def coding_seed_tasks(ctx: DemoContext) -> dict[str, Any]:
             f"reward of {_num(SEED000_EXPECTED_REWARD)} its advantage is {adv:+g}",
             highlight=False,
         )
-        summary.update(seed000_reward=buggy.reward, seed000_expected_reward=SEED000_EXPECTED_REWARD,
-                       seed000_advantage=adv)
+        summary.update(
+            seed000_reward=buggy.reward,
+            seed000_expected_reward=SEED000_EXPECTED_REWARD,
+            seed000_advantage=adv,
+        )
     summary["ok"] = summary["infra_errors"] == 0
     return summary
 
@@ -218,13 +246,15 @@ def run_demo(
     which case the exception propagates.
     """
     console = console or Console()
-    config = DemoConfig(backend=backend, runs_root=Path(runs_root))  # type: ignore[arg-type]
+    config = DemoConfig(backend=backend, runs_root=Path(runs_root))
     run = RunStore(config.runs_root).create_run(EXPERIMENT, config)
     result = DemoResult(run_dir=run.dir)
     with run:
         for number, section in enumerate(sections if sections is not None else SECTIONS, start=1):
             console.rule(f"[bold]{number}. {section.title}")
-            result.summaries[section.title] = section.run(DemoContext(config=config, console=console, run=run))
+            result.summaries[section.title] = section.run(
+                DemoContext(config=config, console=console, run=run)
+            )
         run.write_artifact_json("summary.json", result.summaries)
     status = "finished" if result.ok else "finished, with sandbox failures"
     console.print(f"run directory: {run.dir} ({status})", highlight=False)

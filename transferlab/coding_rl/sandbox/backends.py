@@ -13,6 +13,7 @@ them ever sees an expected value. Grading happens in :mod:`transferlab.coding_rl
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
@@ -169,19 +170,49 @@ class _ForkServer:
         shutil.rmtree(self.jail_dir, ignore_errors=True)
 
 
-class _UidPool:
-    """Hands out distinct unprivileged uids so parallel jobs can be killed per uid."""
+UID_LOCK_DIR = Path(tempfile.gettempdir()) / "transferlab-uid-locks"
 
-    def __init__(self, first: int, count: int) -> None:
-        self._free: queue.Queue[int] = queue.Queue()
-        for uid in range(first, first + count):
-            self._free.put(uid)
+
+class _UidPool:
+    """Hands out unprivileged uids that no other job on this machine is using.
+
+    Jobs are killed per uid (`kill(-1)` as that uid), so two jobs must never share one, even across
+    processes: each uid in use is held with an exclusive `flock` on a file in UID_LOCK_DIR.
+    """
+
+    def __init__(self, first: int, count: int, span: int = 100) -> None:
+        self._first, self._span = first, max(span, count)
+        self._slots = threading.Semaphore(count)
+        self._lock = threading.Lock()
+        self._held: dict[int, int] = {}
 
     def take(self) -> int:
-        return self._free.get()
+        self._slots.acquire()
+        UID_LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        with self._lock:
+            for uid in range(self._first, self._first + self._span):
+                if uid in self._held:
+                    continue
+                fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                self._held[uid] = fd
+                return uid
+        self._slots.release()
+        raise SandboxUnavailable(
+            f"all sandbox uids {self._first}..{self._first + self._span - 1} are in use by other "
+            "transferlab processes; wait for them or set SandboxConfig.uid_base to another range"
+        )
 
     def give(self, uid: int) -> None:
-        self._free.put(uid)
+        with self._lock:
+            fd = self._held.pop(uid)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        self._slots.release()
 
 
 class ForkServerBackend:

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import time
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -40,7 +40,7 @@ BUILD_IMAGE_SCRIPT = Path(__file__).resolve().parent / "build_image.sh"
 DEFAULT_DOCKER_IMAGE = "transferlab-sandbox:bookworm"  # == SandboxConfig().docker_image (checked in tests)
 
 
-class Backend(str, Enum):
+class Backend(StrEnum):
     """The sandbox backends (the values of `SandboxConfig.backend`)."""
 
     forkserver = "forkserver"
@@ -86,13 +86,18 @@ def read_solution(path: Path) -> str:
     except FileNotFoundError:
         fail(f"solution file {path} does not exist; check the path (cwd: {Path.cwd()})", EXIT_BAD_INPUT)
     except OSError as err:
-        fail(f"cannot read solution file {path}: {err.strerror or err}; check the path and its "
-             "permissions", EXIT_BAD_INPUT)
+        fail(
+            f"cannot read solution file {path}: {err.strerror or err}; check the path and its permissions",
+            EXIT_BAD_INPUT,
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        fail(f"solution file {path} is not UTF-8 (invalid byte 0x{raw[err.start]:02x} at offset "
-             f"{err.start}); save it as UTF-8", EXIT_BAD_INPUT)
+        fail(
+            f"solution file {path} is not UTF-8 (invalid byte 0x{raw[err.start]:02x} at offset "
+            f"{err.start}); save it as UTF-8",
+            EXIT_BAD_INPUT,
+        )
 
 
 def sandbox_config(backend: Backend, workers: int) -> SandboxConfig:
@@ -115,8 +120,11 @@ def open_backend(config: SandboxConfig) -> SandboxBackend:
     except SandboxUnavailable as err:
         fail(str(err), EXIT_UNAVAILABLE)
     except ImportError as err:  # e.g. the docker backend or the Docker SDK is not installed
-        fail(f"the {config.backend} backend cannot be loaded ({err}); use --backend forkserver (as root) "
-             "or --backend subprocess", EXIT_UNAVAILABLE)
+        fail(
+            f"the {config.backend} backend cannot be loaded ({err}); use --backend forkserver (as root) "
+            "or --backend subprocess",
+            EXIT_UNAVAILABLE,
+        )
 
 
 def _num(value: float) -> str:
@@ -145,8 +153,10 @@ def print_grade(result: GradeResult) -> None:
     summary.add_row("executed", "yes" if result.executed else "no")
     summary.add_row("reward", f"{_num(result.reward)}  ({_fmt_components(result.reward_components)})")
     summary.add_row("runtime", f"{result.runtime_s:.3f} s")
-    summary.add_row("backend", result.backend + (f" ({result.infra_retries} infra retries)"
-                                                 if result.infra_retries else ""))
+    summary.add_row(
+        "backend",
+        result.backend + (f" ({result.infra_retries} infra retries)" if result.infra_retries else ""),
+    )
     if result.message:
         summary.add_row("message", result.message)
     console.print(summary)
@@ -158,8 +168,12 @@ def print_grade(result: GradeResult) -> None:
     tests.add_column("detail", overflow="fold")
     for outcome in result.tests:
         mark = "[green]pass[/]" if outcome.status == "passed" else "[red]FAIL[/]"
-        tests.add_row(str(outcome.index), "hidden" if outcome.hidden else "dev", mark,
-                      "" if outcome.hidden else outcome.message)
+        tests.add_row(
+            str(outcome.index),
+            "hidden" if outcome.hidden else "dev",
+            mark,
+            "" if outcome.hidden else outcome.message,
+        )
     console.print(tests)
     if result.output.strip():
         console.print("[bold]captured output[/] (first 2,000 characters):")
@@ -171,22 +185,29 @@ def print_grade(result: GradeResult) -> None:
 
 @app.command()
 def grade(
-    task_file: Annotated[Path, typer.Argument(metavar="TASK.json", help="The task (JSON task format).",
-                                              show_default=False)],
-    solution_file: Annotated[Path, typer.Argument(metavar="SOLUTION.py",
-                                                  help="The candidate's Python source (UTF-8).",
-                                                  show_default=False)],
+    task_file: Annotated[
+        Path, typer.Argument(metavar="TASK.json", help="The task (JSON task format).", show_default=False)
+    ],
+    solution_file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="SOLUTION.py", help="The candidate's Python source (UTF-8).", show_default=False
+        ),
+    ],
     backend: BackendOption = Backend.forkserver,
-    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object (the verdict).")]
-    = False,
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Sandboxes to start (one job needs one).")]
-    = 1,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print exactly one JSON object (the verdict).")
+    ] = False,
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", help="Sandboxes to start (one job needs one).")
+    ] = 1,
 ) -> None:
     """Grade SOLUTION.py against every test of TASK.json in the sandbox.
 
     Exit code 0 when graded (a failing solution is still a successful grading), 1 if the sandbox
     itself failed (infra_error), 2 for bad input, 3 if the backend is unavailable.
     """
+    from transferlab.coding_rl.sandbox.sandbox_server import UnsupportedValue
     from transferlab.coding_rl.sandbox.verifier import Verifier
     from transferlab.coding_rl.tasks.code_task import TaskError, load_task
 
@@ -199,6 +220,12 @@ def grade(
     sandbox = open_backend(config)
     try:
         result = Verifier(sandbox, config).grade(task, source)
+    except UnsupportedValue as err:  # raised before anything runs: the task's inputs, not the sandbox
+        fail(
+            f"task {task_file}: a test input cannot be sent to the sandbox ({err}); use plain JSON data "
+            "nested at most 200 levels, with at most 1,000,000 elements per test",
+            EXIT_BAD_INPUT,
+        )
     finally:
         sandbox.close()
     if as_json:
@@ -215,28 +242,39 @@ def grade(
 
 @app.command("build-image")
 def build_image(
-    image: Annotated[str, typer.Option("--image", help="Name:tag of the image to build.")]
-    = DEFAULT_DOCKER_IMAGE,
-    mirror: Annotated[str | None, typer.Option(
-        "--mirror", help="Debian mirror URL; default: the one apt is configured with, else deb.debian.org.",
-        show_default=False)] = None,
+    image: Annotated[
+        str, typer.Option("--image", help="Name:tag of the image to build.")
+    ] = DEFAULT_DOCKER_IMAGE,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            help="Debian mirror URL; default: the one apt is configured with, else deb.debian.org.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Build the Docker sandbox image from Debian packages (debootstrap; no registry needed).
 
     Needs root, debootstrap and a running Docker engine. Output of the build is streamed.
     """
-    for tool, fix in (("docker", "install Docker (https://docs.docker.com/engine/install/)"),
-                      ("debootstrap", "apt-get install -y debootstrap")):
+    for tool, fix in (
+        ("docker", "install Docker (https://docs.docker.com/engine/install/)"),
+        ("debootstrap", "apt-get install -y debootstrap"),
+    ):
         if shutil.which(tool) is None:
             fail(f"{tool} is not installed or not on PATH; fix: {fix}", EXIT_UNAVAILABLE)
     if hasattr(os, "geteuid") and os.geteuid() != 0:
-        fail("build-image needs root (debootstrap builds a root file system); run it with sudo",
-             EXIT_UNAVAILABLE)
+        fail(
+            "build-image needs root (debootstrap builds a root file system); run it with sudo",
+            EXIT_UNAVAILABLE,
+        )
     cmd = ["bash", str(BUILD_IMAGE_SCRIPT), image, *([mirror] if mirror else [])]
     typer.echo(f"running {' '.join(cmd)}", err=True)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+        )
     except OSError as err:
         fail(f"cannot run {BUILD_IMAGE_SCRIPT}: {err}", EXIT_FAILED)
     assert proc.stdout is not None
@@ -251,8 +289,9 @@ def build_image(
     finally:
         proc.stdout.close()
     if code != 0:
-        fail(f"building {image} failed (build_image.sh exited with {code}); see the output above",
-             EXIT_FAILED)
+        fail(
+            f"building {image} failed (build_image.sh exited with {code}); see the output above", EXIT_FAILED
+        )
     typer.echo(f"built {image}; use it with --backend docker")
 
 
@@ -261,12 +300,14 @@ def build_image(
 
 @app.command()
 def humaneval(
-    limit: Annotated[int | None, typer.Option("--limit", "-n", min=0,
-                                              help="Only the first N problems (default: all 164).",
-                                              show_default=False)] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", "-n", min=0, help="Only the first N problems (default: all 164).", show_default=False
+        ),
+    ] = None,
     backend: BackendOption = Backend.forkserver,
-    workers: Annotated[int, typer.Option("--workers", "-w", help="Sandboxes that run jobs in parallel.")]
-    = 4,
+    workers: Annotated[int, typer.Option("--workers", "-w", help="Sandboxes that run jobs in parallel.")] = 4,
 ) -> None:
     """Convert HumanEval to code tasks and grade every canonical solution (an end-to-end check).
 
@@ -288,12 +329,18 @@ def humaneval(
     # grade_many has no per-result callback, so it runs in chunks to move the progress bar.
     chunk = max(1, sandbox.workers * 4)
     try:
-        with Progress(TextColumn("grading canonical solutions"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:
+        with Progress(
+            TextColumn("grading canonical solutions"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress:
             bar = progress.add_task("grade", total=len(items))
             verifier = Verifier(sandbox, config)
             for i in range(0, len(items), chunk):
-                outcomes.extend(_grade_chunk(verifier, items[i: i + chunk]))
+                outcomes.extend(_grade_chunk(verifier, items[i : i + chunk]))
                 progress.update(bar, completed=len(outcomes))
     finally:
         sandbox.close()
@@ -305,28 +352,35 @@ def humaneval(
         elif outcome.status != "passed":
             first = next((t.message for t in outcome.tests if t.status == "failed" and t.message), "")
             detail = "; ".join(x for x in (outcome.message, first) if x)
-            failures.append(f"{task_id}: {outcome.status} {outcome.passed}/{outcome.total}"
-                            + (f" - {detail}" if detail else ""))
-    typer.echo(f"canonical solutions: {len(outcomes) - len(failures)}/{len(outcomes)} pass "
-               f"(backend {config.backend}, {config.workers} workers, {elapsed:.1f} s)")
+            failures.append(
+                f"{task_id}: {outcome.status} {outcome.passed}/{outcome.total}"
+                + (f" - {detail}" if detail else "")
+            )
+    typer.echo(
+        f"canonical solutions: {len(outcomes) - len(failures)}/{len(outcomes)} pass "
+        f"(backend {config.backend}, {config.workers} workers, {elapsed:.1f} s)"
+    )
     for line in failures:
         typer.echo(f"  {line}", err=True)
     if failures:
-        fail(f"{len(failures)} canonical solution(s) did not pass: a converter or sandbox bug",
-             EXIT_FAILED)
+        fail(f"{len(failures)} canonical solution(s) did not pass: a converter or sandbox bug", EXIT_FAILED)
 
 
-def _grade_chunk(verifier: Verifier, chunk: list[tuple[CodeTask, str]]) -> list[tuple[str, GradeResult | str]]:
+def _grade_chunk(
+    verifier: Verifier, chunk: list[tuple[CodeTask, str]]
+) -> list[tuple[str, GradeResult | str]]:
     """Grade a chunk with `grade_many`; if that raises, grade one by one so one bad task is named.
 
     A task the verifier cannot even send to the sandbox (e.g. an input the wire format cannot
     encode) is reported as ``"ExceptionType: message"`` instead of a GradeResult.
     """
     try:
-        return [(task.task_id, result) for (task, _), result in zip(chunk, verifier.grade_many(chunk),
-                                                                     strict=True)]
-    except Exception:  # noqa: BLE001 - isolate the failing item below
-        pass
+        return [
+            (task.task_id, result)
+            for (task, _), result in zip(chunk, verifier.grade_many(chunk), strict=True)
+        ]
+    except Exception:
+        pass  # isolate the failing item below
     out: list[tuple[str, GradeResult | str]] = []
     for task, source in chunk:
         try:

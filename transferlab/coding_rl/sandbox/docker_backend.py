@@ -18,11 +18,9 @@ import os
 import queue
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from transferlab.coding_rl.sandbox import sandbox_server as wire
@@ -38,7 +36,6 @@ from transferlab.coding_rl.sandbox.config import SandboxConfig
 
 LABEL = "transferlab.sandbox"
 OWNER_LABEL = "transferlab.owner"
-BUILD_SCRIPT = Path(__file__).resolve().parent / "build_image.sh"
 SERVER_DIR_IN_CONTAINER = "/sandbox"
 SOCKET_DIR_IN_CONTAINER = "/sock"
 # The server (container root) needs these to make per-job directories, drop to the job uid and kill
@@ -64,14 +61,6 @@ def _docker_client() -> Any:
             "(as root: apt-get install -y docker.io && dockerd &), or use --backend forkserver."
         ) from None
     return client
-
-
-def build_image(image: str, mirror: str | None = None) -> None:
-    """Build the sandbox image from Debian packages (needs root, debootstrap and a Docker engine)."""
-    if shutil.which("docker") is None:
-        raise SandboxUnavailable("the docker client is missing: apt-get install -y docker.io")
-    args = ["bash", str(BUILD_SCRIPT), image] + ([mirror] if mirror else [])
-    subprocess.run(args, check=True)
 
 
 class _Container:

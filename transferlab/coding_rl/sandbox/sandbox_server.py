@@ -28,6 +28,7 @@ import signal
 import struct
 import sys
 import time
+from typing import Any
 
 MAX_FRAME = 64 * 1024 * 1024
 RESULT_FD = 3
@@ -44,15 +45,21 @@ class UnsupportedValue(TypeError):
     """A value that is not plain data (None, bool, int, float, str, list, tuple, dict[str, ...])."""
 
 
+_KEY_TYPES = (str, int, float, bool, type(None), tuple)
+
+
 def encode_value(value: object, budget: list | None = None, depth: int = 0) -> object:
-    """Encode plain data to JSON-able form; any other type (subclasses included) raises UnsupportedValue."""
+    """Encode plain data to JSON-able form; any other type (subclasses included) raises UnsupportedValue.
+
+    Plain data: None, bool, int, float, str, list, tuple, and dict whose keys are plain and hashable.
+    """
     if budget is None:
         budget = [1_000_000]
     budget[0] -= 1
     if budget[0] < 0:
-        raise UnsupportedValue("return value too large (more than 1,000,000 elements)")
+        raise UnsupportedValue("value too large (more than 1,000,000 elements)")
     if depth > 200:
-        raise UnsupportedValue("return value nested deeper than 200 levels")
+        raise UnsupportedValue("value nested deeper than 200 levels")
     t = type(value)
     if value is None or t is bool or t is str:
         return value
@@ -71,14 +78,14 @@ def encode_value(value: object, budget: list | None = None, depth: int = 0) -> o
     if t is dict:
         items = []
         for k, v in value.items():  # type: ignore[attr-defined]
-            if type(k) is not str:
-                raise UnsupportedValue("dict keys must be str, got " + type(k).__name__)
-            items.append([k, encode_value(v, budget, depth + 1)])
+            if type(k) not in _KEY_TYPES:
+                raise UnsupportedValue("unsupported dict key type " + type(k).__name__)
+            items.append([encode_value(k, budget, depth + 1), encode_value(v, budget, depth + 1)])
         return {_DICT: items}
-    raise UnsupportedValue("unsupported return type " + t.__name__)
+    raise UnsupportedValue("unsupported type " + t.__name__)
 
 
-def decode_value(data: object) -> object:
+def decode_value(data: object) -> Any:
     """Inverse of encode_value; raises ValueError on anything encode_value cannot produce."""
     if data is None or type(data) in (bool, int, float, str):
         return data
@@ -91,9 +98,12 @@ def decode_value(data: object) -> object:
         if tag == _DICT and type(inner) is list:
             out = {}
             for pair in inner:
-                if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                if type(pair) is not list or len(pair) != 2:
                     raise ValueError("malformed dict item")
-                out[pair[0]] = decode_value(pair[1])
+                key = decode_value(pair[0])
+                if type(key) not in _KEY_TYPES:
+                    raise ValueError("malformed dict key")
+                out[key] = decode_value(pair[1])
             return out
         if tag == _FLOAT and inner in ("nan", "inf", "-inf"):
             return float(inner)

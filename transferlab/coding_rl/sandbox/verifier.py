@@ -21,7 +21,7 @@ from transferlab.coding_rl.rewards import CodeRewardSpec, code_reward
 from transferlab.coding_rl.sandbox import sandbox_server as wire
 from transferlab.coding_rl.sandbox.backends import ExecutionReport, ExecutionRequest, SandboxBackend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
-from transferlab.coding_rl.tasks.code_task import CodeTask
+from transferlab.coding_rl.tasks.code_task import CodeTask, TaskError
 
 Status = Literal["passed", "failed", "error", "timeout", "memory_limit", "output_limit", "infra_error"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "error", "timeout", "memory_limit", "output_limit",
@@ -151,6 +151,18 @@ def _ended_early(report: ExecutionReport, when: str) -> str:
     return f"the process exited (code {report.exit_code}) {when}"
 
 
+def encode_inputs(task: CodeTask) -> list[Any]:
+    """Each test's call arguments in wire form; a value the sandbox cannot receive is a TaskError."""
+    encoded = []
+    for i, (case, _) in enumerate(task.all_tests):
+        try:
+            encoded.append(wire.encode_value(case.call_args()))
+        except wire.UnsupportedValue as exc:
+            raise TaskError(f"task {task.task_id}: test {i}'s input cannot be sent to the sandbox: {exc}; "
+                            "use plain data (None, bool, int, float, str, list, tuple, dict)") from None
+    return encoded
+
+
 class Verifier:
     """Grades solutions of code tasks in a sandbox backend, one by one or in parallel batches."""
 
@@ -168,8 +180,7 @@ class Verifier:
             return self._refused(task, f"the source is {size:,} bytes; the limit is "
                                        f"{self.config.max_source_bytes:,} (SandboxConfig.max_source_bytes)")
         request = ExecutionRequest(
-            source=source, entry_point=task.entry_point,
-            inputs=[wire.encode_value(case.call_args()) for case, _ in tests],
+            source=source, entry_point=task.entry_point, inputs=encode_inputs(task),
             limits=self.config.job_limits(task.time_limit_s))
         report, retries = self.backend.execute(request), 0
         while report.infra_error and retries < self.config.retries:

@@ -1,0 +1,162 @@
+"""`transferlab demo`: the seed tasks graded in a real sandbox and recorded as a run."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from transferlab.platform.cli import app
+from transferlab.platform.config import load_config
+from transferlab.platform.demo import SECTIONS, DemoConfig, DemoContext, DemoResult, DemoSection, run_demo
+from transferlab.platform.metrics import read_metrics
+from transferlab.platform.runstore import RunStore
+
+needs_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="the forkserver backend needs root"
+)
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/transferlab-test-docker.sock"}
+
+
+def quiet_console() -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=160, force_terminal=False), buf
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoResult, str]:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("the forkserver backend needs root")
+    console, buf = quiet_console()
+    result = run_demo(backend="forkserver", runs_root=tmp_path_factory.mktemp("runs"), console=console)
+    return result, buf.getvalue()
+
+
+def test_demo_writes_a_run_directory(demo_run: tuple[DemoResult, str]) -> None:
+    result, _ = demo_run
+    run_dir = result.run_dir
+    assert run_dir.parent.name == "demo"
+    for name in (
+        "config.json",
+        "meta.json",
+        "metrics.parquet",
+        "artifacts/grades.json",
+        "artifacts/summary.json",
+    ):
+        assert (run_dir / name).is_file(), name
+    assert json.loads((run_dir / "meta.json").read_text())["status"] == "finished"
+    config = load_config(run_dir / "config.json")
+    assert isinstance(config, DemoConfig)
+    assert config.backend == "forkserver"
+    assert config.runs_root == run_dir.parent.parent
+
+
+def test_demo_metrics(demo_run: tuple[DemoResult, str]) -> None:
+    result, _ = demo_run
+    metrics = read_metrics(result.run_dir / "metrics.parquet")
+    rewards = metrics[metrics["key"] == "sandbox/reward"]
+    assert list(rewards["step"]) == [0, 1, 2, 3, 4, 5]  # one step per seed solution
+    assert {8.0, 12.0} <= set(rewards["value"])
+    assert list(rewards["value"])[:2] == [8.0, 12.0]  # quick sort: buggy, fixed
+    pass_rates = metrics[metrics["key"] == "sandbox/pass_rate"]
+    assert list(pass_rates["value"])[:2] == [pytest.approx(0.6), 1.0]
+    advantage = metrics[metrics["key"] == "sandbox/seed000_advantage"]
+    assert list(advantage["value"]) == [0.5]
+
+
+def test_demo_grades_artifact(demo_run: tuple[DemoResult, str]) -> None:
+    result, _ = demo_run
+    grades: list[dict[str, Any]] = json.loads((result.run_dir / "artifacts/grades.json").read_text())
+    assert len(grades) == 6
+    by_file = {g["solution_file"]: g["grade"] for g in grades}
+    assert (by_file["quick_sort_buggy.py"]["status"], by_file["quick_sort_buggy.py"]["reward"]) == (
+        "failed",
+        8.0,
+    )
+    assert (by_file["quick_sort_fixed.py"]["status"], by_file["quick_sort_fixed.py"]["reward"]) == (
+        "passed",
+        12.0,
+    )
+    assert by_file["binary_search_fixed.py"]["status"] == "passed"
+    assert by_file["binary_search_buggy.py"]["status"] == "timeout"  # low = mid loops forever
+    for grade in by_file.values():
+        assert {"status", "passed", "total", "reward", "reward_components", "tests"} <= set(grade)
+
+
+def test_demo_summary_and_output(demo_run: tuple[DemoResult, str]) -> None:
+    result, output = demo_run
+    assert result.ok
+    summary = result.summaries["coding: seed tasks in the sandbox"]
+    assert summary["backend"] == "forkserver" and summary["fallback"] is None
+    assert (summary["seed000_reward"], summary["seed000_advantage"]) == (8.0, 0.5)
+    saved = json.loads((result.run_dir / "artifacts/summary.json").read_text())
+    assert saved == result.summaries
+    assert "coding: seed tasks in the sandbox" in output
+    assert "reward 8.0" in output and "expected reward of 7.5" in output and "+0.5" in output
+    assert str(result.run_dir) in output
+    for label in ("quick sort, fixed", "binary search, fixed"):
+        assert label in output
+
+
+def test_demo_command_falls_back_to_subprocess(tmp_path: Path) -> None:
+    """--backend docker with no Docker engine answering: the demo says so and uses subprocess."""
+    result = CliRunner().invoke(
+        app, ["demo", "--backend", "docker", "--runs-root", str(tmp_path)], env=NO_ENGINE
+    )
+    assert result.exit_code == 0, result.output
+    assert "falling back to --backend subprocess" in result.stdout
+    [info] = RunStore(tmp_path).list_runs("demo")
+    assert info.status == "finished"
+    summary = json.loads((info.dir / "artifacts/summary.json").read_text())
+    section = summary["coding: seed tasks in the sandbox"]
+    assert section["backend"] == "subprocess"
+    assert "docker backend is unavailable" in section["fallback"]
+    rewards = read_metrics(info.dir / "metrics.parquet").query("key == 'sandbox/reward'")["value"]
+    assert {8.0, 12.0} <= set(rewards)
+
+
+def test_sections_are_pluggable(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def extra(ctx: DemoContext) -> dict[str, Any]:
+        seen.append(ctx.config.backend)
+        ctx.run.logger.log(0, {"extra/value": 1.5})
+        ctx.console.print("extra section ran")
+        return {"value": 1.5, "ok": False}
+
+    console, buf = quiet_console()
+    result = run_demo("subprocess", tmp_path, console=console, sections=[DemoSection("extra", extra)])
+    assert seen == ["subprocess"]
+    assert result.summaries == {"extra": {"value": 1.5, "ok": False}}
+    assert not result.ok
+    assert "1. extra" in buf.getvalue() and "extra section ran" in buf.getvalue()
+    metrics = read_metrics(result.run_dir / "metrics.parquet")
+    assert list(metrics["key"]) == ["extra/value"]
+
+
+def test_a_failing_section_marks_the_run_failed(tmp_path: Path) -> None:
+    def broken(ctx: DemoContext) -> dict[str, Any]:
+        raise RuntimeError("section exploded")
+
+    console, _ = quiet_console()
+    with pytest.raises(RuntimeError, match="section exploded"):
+        run_demo("subprocess", tmp_path, console=console, sections=[DemoSection("broken", broken)])
+    [info] = RunStore(tmp_path).list_runs("demo")
+    assert info.status == "failed"
+    assert "section exploded" in info.meta["error"]
+
+
+def test_the_default_sections() -> None:
+    assert [s.title for s in SECTIONS] == ["coding: seed tasks in the sandbox"]
+
+
+def test_demo_rejects_an_unknown_backend(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["demo", "--backend", "nope", "--runs-root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert not any(tmp_path.iterdir())
