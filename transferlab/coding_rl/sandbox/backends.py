@@ -51,10 +51,14 @@ class ExecutionRequest:
     entry_point: str
     inputs: list[Any]
     limits: dict[str, float | int]
+    calls: list[str | None] | None = None  # per input: another function to call (None: the entry point)
 
     def to_job(self) -> dict[str, Any]:
-        return {"source": self.source, "entry_point": self.entry_point, "inputs": self.inputs,
-                "limits": self.limits}
+        job = {"source": self.source, "entry_point": self.entry_point, "inputs": self.inputs,
+               "limits": self.limits}
+        if self.calls is not None and any(c is not None for c in self.calls):
+            job["calls"] = self.calls
+        return job
 
 
 @dataclass

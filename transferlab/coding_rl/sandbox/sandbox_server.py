@@ -190,6 +190,11 @@ def _describe(exc: BaseException) -> str:
     return (name + ": " + text)[:300]
 
 
+def _exc_name(exc: BaseException) -> str:
+    name = type(exc).__name__
+    return name if type(name) is str else "Exception"
+
+
 def run_job(job: dict, out_fd: int = RESULT_FD) -> None:
     """Load the candidate, call it on each input, report encoded results as frames. Never returns."""
     import builtins
@@ -216,11 +221,15 @@ def run_job(job: dict, out_fd: int = RESULT_FD) -> None:
             emit(out_fd, pack({"e": "load_error", "kind": "exception", "msg": _describe(exc)}))
             raise SystemExit from None
         emit(out_fd, pack({"e": "loaded"}))
+        calls = job.get("calls") or [None] * len(job["inputs"])
         for i, enc_args in enumerate(job["inputs"]):
             try:
+                target = fn if calls[i] is None else ns.get(calls[i])
+                if not callable(target):
+                    raise NameError("function '" + str(calls[i]) + "' is not defined")
                 args = decode_value(enc_args)
                 t0 = time.perf_counter()
-                result = fn(*args)
+                result = target(*args)
                 dt = time.perf_counter() - t0
                 frame = {"e": "result", "i": i, "ok": True, "value": encode_value(result), "t": dt}
             except MemoryError:
@@ -228,7 +237,8 @@ def run_job(job: dict, out_fd: int = RESULT_FD) -> None:
             except UnsupportedValue as exc:
                 frame = {"e": "result", "i": i, "ok": False, "kind": "type", "msg": str(exc)}
             except BaseException as exc:
-                frame = {"e": "result", "i": i, "ok": False, "kind": "exception", "msg": _describe(exc)}
+                frame = {"e": "result", "i": i, "ok": False, "kind": "exception", "msg": _describe(exc),
+                         "exc": _exc_name(exc)}
             emit(out_fd, pack(frame))
         emit(out_fd, pack({"e": "done"}))
     except BaseException:

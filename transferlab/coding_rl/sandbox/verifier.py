@@ -21,7 +21,7 @@ from transferlab.coding_rl.rewards import CodeRewardSpec, code_reward
 from transferlab.coding_rl.sandbox import sandbox_server as wire
 from transferlab.coding_rl.sandbox.backends import ExecutionReport, ExecutionRequest, SandboxBackend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
-from transferlab.coding_rl.tasks.code_task import CodeTask, TaskError
+from transferlab.coding_rl.tasks.code_task import CodeTask, TaskError, TestCase
 
 Status = Literal["passed", "failed", "error", "timeout", "memory_limit", "output_limit", "infra_error"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "error", "timeout", "memory_limit", "output_limit",
@@ -90,10 +90,19 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _test_outcome(index: int, hidden: bool, expected: Any, frame: dict[str, Any] | None,
+def _test_outcome(index: int, hidden: bool, case: TestCase, frame: dict[str, Any] | None,
                   tol: float) -> TestOutcome:
+    expected = case.expected
     if frame is None:
         ok, msg = False, "no result (the process ended or was stopped before this test reported)"
+    elif case.raises is not None:
+        ok = frame.get("ok") is not True and frame.get("kind") == "exception" and frame.get("exc") == case.raises
+        if ok:
+            msg = ""
+        elif frame.get("ok") is True:
+            msg = f"expected {case.raises} to be raised, got a return value"
+        else:
+            msg = f"expected {case.raises} to be raised, got " + str(frame.get("msg", "error"))[:200]
     elif frame.get("ok") is not True:
         ok, msg = False, str(frame.get("msg", "error"))[:300]
     else:
@@ -181,7 +190,7 @@ class Verifier:
                                        f"{self.config.max_source_bytes:,} (SandboxConfig.max_source_bytes)")
         request = ExecutionRequest(
             source=source, entry_point=task.entry_point, inputs=encode_inputs(task),
-            limits=self.config.job_limits(task.time_limit_s))
+            limits=self.config.job_limits(task.time_limit_s), calls=[case.call for case, _ in tests])
         report, retries = self.backend.execute(request), 0
         while report.infra_error and retries < self.config.retries:
             retries += 1
@@ -197,7 +206,7 @@ class Verifier:
         tests = task.all_tests
         n = len(tests)
         results = _results_by_index(report.frames, n)
-        outcomes = [_test_outcome(i, hidden, case.expected, results.get(i), task.float_tolerance)
+        outcomes = [_test_outcome(i, hidden, case, results.get(i), task.float_tolerance)
                     for i, (case, hidden) in enumerate(tests)]
         passed = sum(o.status == "passed" for o in outcomes)
         status, executed, message = classify(report, results, n, passed == n)

@@ -14,7 +14,9 @@ A task file is one JSON object::
       "efficiency_budget_s": 1.0         # optional, the run time that earns the efficiency bonus
     }
 
-``input`` is the single argument; ``args`` is the list of positional arguments.
+``input`` is the single argument; ``args`` is the list of positional arguments. A case may name another
+function of the module with ``call``, and may require an exception with ``raises`` (its class name)
+instead of ``expected``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ class TestCase(BaseModel):
 
     input: Any = Field(default=None, description="The single argument (use `args` for several).")
     args: list[Any] | None = Field(default=None, description="Positional arguments of the call.")
-    expected: Any = Field(description="The exact value the function must return.")
+    expected: Any = Field(default=None, description="The exact value the function must return.")
+    call: str | None = Field(default=None, description="Function to call; defaults to the task's entry point.")
+    raises: str | None = Field(
+        default=None, description="Name of the exception the call must raise (then `expected` is unused)."
+    )
     has_input: bool = Field(default=False, exclude=True, description="Internal: `input` was given.")
 
     @model_validator(mode="before")
@@ -49,8 +55,12 @@ class TestCase(BaseModel):
     def _one_of_input_or_args(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             raise ValueError('a test case must be an object like {"input": X, "expected": Y}')
-        if "expected" not in data:
-            raise ValueError('a test case needs "expected", the value the function must return')
+        if "expected" not in data and "raises" not in data:
+            raise ValueError('a test case needs "expected", the value the function must return '
+                             '(or "raises", the name of the exception it must raise)')
+        for key in ("call", "raises"):
+            if key in data and not (isinstance(data[key], str) and data[key].isidentifier()):
+                raise ValueError(f'"{key}" must be a Python identifier, got {data[key]!r}')
         has_input, has_args = "input" in data, "args" in data
         if has_input == has_args:
             raise ValueError('a test case needs exactly one of "input" (single argument) or "args" (a list)')
@@ -60,7 +70,14 @@ class TestCase(BaseModel):
         """The case in the task file format (`input` kept even when it is null)."""
         key = "input" if self.has_input else "args"
         value = self.input if self.has_input else list(self.args or [])
-        return json.loads(json.dumps({key: value, "expected": self.expected}))
+        data: dict[str, Any] = {key: value}
+        if self.raises is None:
+            data["expected"] = self.expected
+        else:
+            data["raises"] = self.raises
+        if self.call is not None:
+            data["call"] = self.call
+        return json.loads(json.dumps(data))
 
     def call_args(self) -> list[Any]:
         """The positional arguments the candidate is called with."""
