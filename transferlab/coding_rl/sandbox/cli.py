@@ -207,7 +207,6 @@ def grade(
     Exit code 0 when graded (a failing solution is still a successful grading), 1 if the sandbox
     itself failed (infra_error), 2 for bad input, 3 if the backend is unavailable.
     """
-    from transferlab.coding_rl.sandbox.sandbox_server import UnsupportedValue
     from transferlab.coding_rl.sandbox.verifier import Verifier
     from transferlab.coding_rl.tasks.code_task import TaskError, load_task
 
@@ -220,12 +219,8 @@ def grade(
     sandbox = open_backend(config)
     try:
         result = Verifier(sandbox, config).grade(task, source)
-    except UnsupportedValue as err:  # raised before anything runs: the task's inputs, not the sandbox
-        fail(
-            f"task {task_file}: a test input cannot be sent to the sandbox ({err}); use plain JSON data "
-            "nested at most 200 levels, with at most 1,000,000 elements per test",
-            EXIT_BAD_INPUT,
-        )
+    except TaskError as err:  # raised before anything runs: the task's inputs, not the sandbox
+        fail(f"{task_file}: {err}", EXIT_BAD_INPUT)
     finally:
         sandbox.close()
     if as_json:
