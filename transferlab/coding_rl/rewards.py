@@ -54,3 +54,49 @@ def code_reward(*, executed: bool, pass_rate: float, efficient: bool, spec: Code
 def advantage(reward: float, baseline: float) -> float:
     """A = actual reward - expected reward (seed 000: 8.0 - 7.5 = +0.5)."""
     return round(reward - baseline, 10)
+
+
+class AgentRewardTable(BaseConfig):
+    """Per-step reward components of the agent environment (seed 000's dense table by default).
+
+    Every component is recorded per step, whatever its weight; a weight of 0 switches it off.
+    `search_code_success` is not in the seed's table but in its worked trajectory (step 2, +0.5).
+    """
+
+    read_file_success: float = Field(default=0.5, description="A file was read.")
+    search_code_success: float = Field(default=0.5, description="A search found matches.")
+    write_file_success: float = Field(default=0.5, description="A write or edit changed a file.")
+    tool_error: float = Field(default=-1.0, description="Malformed, unknown or failed tool call.")
+    read_before_write: float = Field(default=1.0, description="The written file had been read first.")
+    write_without_read: float = Field(default=-2.0, description="The written file had never been read.")
+    test_after_modify: float = Field(default=1.5, description="Tests run after a modification.")
+    redundant_action: float = Field(default=-0.5, description="Same call again with nothing changed since.")
+    test_pass: float = Field(default=3.0, description="Every test of the run passed.")
+    test_fail: float = Field(default=-2.0, description="At least one test of the run failed.")
+    all_tests_pass: float = Field(default=5.0, description="A run of all developer tests passed.")
+    task_complete: float = Field(default=20.0, description="Submitted and the verifier passed every test.")
+    task_failed: float = Field(default=0.0, description="Submitted (or ran out of steps) and did not pass.")
+    end_only: bool = Field(
+        default=False, description="Sparse: pay only task_complete / task_failed, at the episode's end."
+    )
+
+    def weigh(self, events: dict[str, float]) -> dict[str, float]:
+        """Components of one step: each event count times its weight (end-only tables keep the end)."""
+        out: dict[str, float] = {}
+        for name, count in events.items():
+            if self.end_only and name not in ("task_complete", "task_failed"):
+                continue
+            out[name] = float(getattr(self, name)) * count
+        return out
+
+
+DENSE_REWARDS = AgentRewardTable()
+SPARSE_REWARDS = AgentRewardTable(task_failed=-5.0, end_only=True)
+
+
+def reward_table(name: str) -> AgentRewardTable:
+    """`dense` (seed 000's table) or `sparse` (+20 on success, -5 on failure, at the end only)."""
+    tables = {"dense": DENSE_REWARDS, "sparse": SPARSE_REWARDS}
+    if name not in tables:
+        raise ValueError(f"unknown reward table {name!r}; choose one of {sorted(tables)}")
+    return tables[name].model_copy()

@@ -1,0 +1,139 @@
+"""Scripted agents for `transferlab/CodeRepair-v0`: baselines and demonstration makers.
+
+- ``random``: valid JSON calls to random tools with random arguments;
+- ``naive``: seed 000's early-training attempt — read the tests, search, then write a patch without
+  reading the source (it overwrites the module with only the fixed entry point);
+- ``expert``: seed 000's "after 1000 rounds" workflow — read tests, search, read the source, edit
+  the bug (it knows the injected bug), run the failing test, run all tests, submit.
+
+An agent is a plan: ``act(observation) -> action text``; ``begin(task)`` starts an episode.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from typing import Protocol
+
+from transferlab.coding_rl.tasks.repo_task import RepoTask
+
+
+class ScriptedAgent(Protocol):
+    name: str
+
+    def begin(self, task: RepoTask, seed: int) -> None: ...
+
+    def act(self, observation: str) -> str: ...
+
+
+def call(action: str, **args: str) -> str:
+    return json.dumps({"action": action, **args})
+
+
+class ExpertAgent:
+    """Knows the bug; follows the read -> search -> read -> edit -> test -> test all -> submit workflow."""
+
+    name = "expert"
+
+    def begin(self, task: RepoTask, seed: int) -> None:
+        self.plan = expert_plan(task)
+
+    def act(self, observation: str) -> str:
+        return self.plan.pop(0) if self.plan else call("submit")
+
+
+def _fix_action(task: RepoTask) -> str:
+    """edit_file when the buggy line is unique and the only difference, else write the reference."""
+    path, buggy, ref = task.meta.source_path, task.buggy_source, task.reference_source
+    bug = task.meta.bug
+    before, after = bug.before.strip("\n"), bug.after.strip("\n")
+    single = len(task.meta.provenance.get("bugs", [bug])) <= 1
+    if single and after and buggy.count(after) == 1 and buggy.replace(after, before, 1) == ref:
+        return call("edit_file", path=path, old=after, new=before)
+    return call("write_file", path=path, content=ref)
+
+
+def expert_plan(task: RepoTask) -> list[str]:
+    test_file = task.test_paths()[0]
+    failing = _first_failing_dev_test(task)
+    return [
+        call("read_file", path=test_file),
+        call("search_code", pattern=f"def {task.meta.entry_point}"),
+        call("read_file", path=task.meta.source_path),
+        _fix_action(task),
+        call("run_tests", target=f"{test_file}::test_{failing}"),
+        call("run_tests", target="all"),
+        call("submit"),
+    ]
+
+
+def _first_failing_dev_test(task: RepoTask) -> int:
+    """Index of a developer test the bug breaks (from provenance when recorded, else 0)."""
+    idx = task.meta.provenance.get("failing_dev_test")
+    return int(idx) if isinstance(idx, int) and 0 <= idx < len(task.dev_tests) else 0
+
+
+class NaiveAgent:
+    """Writes a patch without reading the source (seed 000's early attempt), then tests and submits."""
+
+    name = "naive"
+
+    def begin(self, task: RepoTask, seed: int) -> None:
+        patch = entry_point_only(task.reference_source, task.meta.entry_point)
+        self.plan = [
+            call("read_file", path=task.test_paths()[0]),
+            call("search_code", pattern=f"def {task.meta.entry_point}"),
+            call("write_file", path=task.meta.source_path, content=patch),
+            call("run_tests"),
+            call("submit"),
+        ]
+
+    def act(self, observation: str) -> str:
+        return self.plan.pop(0) if self.plan else call("submit")
+
+
+def entry_point_only(source: str, entry_point: str) -> str:
+    """Just the entry point's definition: what a patch written without reading the file keeps."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == entry_point:
+            return ast.unparse(node) + "\n"
+    return source
+
+
+class RandomAgent:
+    """Valid JSON calls to random tools with random arguments; submits with small probability."""
+
+    name = "random"
+
+    def begin(self, task: RepoTask, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.files = sorted(task.files)
+        self.words = sorted({w for text in task.files.values() for w in text.split() if w.isidentifier()}) or ["x"]
+
+    def act(self, observation: str) -> str:
+        rng, path = self.rng, self.rng.choice(self.files)
+        tool = rng.choices(["read_file", "search_code", "write_file", "edit_file", "run_tests", "submit"],
+                           weights=[3, 2, 1, 2, 2, 1])[0]
+        if tool == "read_file":
+            return call(tool, path=path)
+        if tool == "search_code":
+            return call(tool, pattern=rng.choice(self.words))
+        if tool == "write_file":
+            return call(tool, path=path, content=" ".join(rng.choices(self.words, k=5)) + "\n")
+        if tool == "edit_file":
+            return call(tool, path=path, old=rng.choice(self.words), new=rng.choice(self.words))
+        if tool == "run_tests":
+            return call(tool)
+        return call("submit")
+
+
+AGENTS: dict[str, type] = {"expert": ExpertAgent, "naive": NaiveAgent, "random": RandomAgent}
+
+
+def make_agent(name: str) -> ScriptedAgent:
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; choose one of {sorted(AGENTS)}")
+    agent: ScriptedAgent = AGENTS[name]()
+    return agent
