@@ -7,10 +7,10 @@ sandbox processes, so the sandboxes keep the cores busy while the threads wait o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -95,12 +95,17 @@ def open_sandbox(backend: str, workers: int) -> SandboxBackend:
         return make_backend(SandboxConfig(backend="subprocess", workers=workers))
 
 
+def byte_ids(text: str) -> list[int]:
+    """Scripted agents sample no tokens; their text is recorded as UTF-8 bytes (a byte-level tokenizer)."""
+    return list(text.encode("utf-8"))
+
+
 def run_episode(env: CodeRepairEnv, agent_name: str, task: RepoTask, seed: int) -> Trajectory:
-    """One episode of a scripted agent; every step recorded (text only: scripted agents have no tokens)."""
+    """One episode of a scripted agent; every step recorded, token ids as bytes (see `byte_ids`)."""
     agent = make_agent(agent_name)
     agent.begin(task, seed)
     obs, _ = env.reset(seed=seed, options={"task": task})
-    episode_id = uuid.UUID(int=hash((task.task_id, seed, agent_name)) & ((1 << 128) - 1)).hex[:16]
+    episode_id = hashlib.sha1(f"{task.task_id}|{seed}|{agent_name}".encode()).hexdigest()[:16]
     steps: list[StepRecord] = []
     for k in range(env.max_steps):
         t0 = time.perf_counter()
@@ -109,11 +114,12 @@ def run_episode(env: CodeRepairEnv, agent_name: str, task: RepoTask, seed: int) 
         next_obs, reward, term, trunc, info = env.step(action)
         steps.append(StepRecord(
             episode_id=episode_id, step=k, task_id=task.task_id, domain="coding", action_text=action,
-            action_ids=[], observation_text=next_obs, observation_ids=[], reward=reward,
+            action_ids=byte_ids(action), observation_text=next_obs, observation_ids=byte_ids(next_obs),
+            reward=reward,
             reward_components=dict(info["components"]), terminated=term, truncated=trunc,
             info={"tool": info["tool"], "tool_ok": info["tool_ok"], "success": info["success"]},
             timings={"policy_s": policy_s, **env.last_timings},
-            prompt_text=obs if k == 0 else "", prompt_ids=[]))
+            prompt_text=obs if k == 0 else "", prompt_ids=byte_ids(obs) if k == 0 else []))
         obs = next_obs
         if term or trunc:
             break
