@@ -239,7 +239,7 @@ def test_task_error_is_a_value_error() -> None:
 # --------------------------------------------------------------------------- JSON round trip
 
 
-def test_to_json_dict_round_trips_and_turns_tuples_into_lists(tmp_path: Path) -> None:
+def test_to_json_dict_round_trips_and_keeps_tuples(tmp_path: Path) -> None:
     task = task_from_dict(
         _task(
             test_cases=[{"args": [(1, 2), 3], "expected": (4, 5)}],
@@ -247,11 +247,12 @@ def test_to_json_dict_round_trips_and_turns_tuples_into_lists(tmp_path: Path) ->
         )
     )
     data = task.to_json_dict()
-    assert data["test_cases"] == [{"args": [[1, 2], 3], "expected": [4, 5]}]
+    assert data["test_cases"] == [{"args": [{"__tuple__": [1, 2]}, 3], "expected": {"__tuple__": [4, 5]}}]
     assert "has_input" not in json.dumps(data)
     again = load_task(_write(tmp_path, json.dumps(data)))
     assert again.task_id == task.task_id
-    assert [(c.call_args(), h) for c, h in again.all_tests] == [([[1, 2], 3], False), (["a"], True)]
+    assert [(c.call_args(), h) for c, h in again.all_tests] == [([(1, 2), 3], False), (["a"], True)]
+    assert type(again.test_cases[0].expected) is tuple
 
 
 def test_to_json_dict_keeps_input_none() -> None:

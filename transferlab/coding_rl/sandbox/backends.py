@@ -334,8 +334,10 @@ class SubprocessBackend:
                     proc.stdout.close()
                     proc.wait()
         finally:
-            shutil.rmtree(work_root, ignore_errors=True)
-            self._uids.give(uid)
+            try:
+                wire.remove_tree(work_root)  # any depth: shutil.rmtree recurses and can raise
+            finally:
+                self._uids.give(uid)
         return ExecutionReport.from_raw(raw)
 
     def close(self) -> None:

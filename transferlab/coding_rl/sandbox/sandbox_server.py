@@ -25,6 +25,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import struct
 import sys
 import time
@@ -152,8 +153,36 @@ def read_frame(fd: int) -> object | None:
     return json.loads(body.decode("utf-8"))
 
 
+# encode_value nests at most ~200 containers, at most 3 JSON levels each (a dict item is [k, v] inside
+# {"__dict__": [...]}); deeper frames are forged, and the client must be able to parse what we relay.
+MAX_JSON_DEPTH = 700
+
+
+def _nested_deeper_than(obj: object, limit: int) -> bool:
+    """Whether a parsed JSON document nests lists/objects more than `limit` deep (iterative)."""
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node if type(node) is list else node.values() if type(node) is dict else ()
+        stack.extend((child, depth + 1) for child in children if type(child) in (list, dict))
+    return False
+
+
+def _loads_frame(body: bytes) -> object:
+    """Parse one frame body; ValueError for bad JSON or nesting deeper than MAX_JSON_DEPTH."""
+    try:
+        obj = json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("frame nested too deeply") from None
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _nested_deeper_than(obj, MAX_JSON_DEPTH):
+        raise ValueError("frame nested too deeply")
+    return obj
+
+
 def split_frames(buf: bytearray) -> list:
-    """Pop every complete frame from buf; malformed frames become {'e': 'garbage'}."""
+    """Pop every complete frame from buf; malformed (or too deeply nested) frames become {'e': 'garbage'}."""
     frames = []
     while len(buf) >= 4:
         (size,) = _LEN.unpack(bytes(buf[:4]))
@@ -166,7 +195,7 @@ def split_frames(buf: bytearray) -> list:
         body = bytes(buf[4 : 4 + size])
         del buf[: 4 + size]
         try:
-            frame = json.loads(body.decode("utf-8"))
+            frame = _loads_frame(body)
         except ValueError:
             frame = {"e": "garbage"}
         frames.append(frame if type(frame) is dict else {"e": "garbage"})
@@ -296,13 +325,16 @@ def apply_limits(limits: dict) -> None:
 def drop_privileges(uid: int) -> None:
     if os.getuid() != 0:
         return
+    try:
+        libc = _get_libc()  # load ctypes now: the stdlib may not be readable by `uid`
+    except (OSError, ImportError):
+        libc = None
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
-    try:
-        _check(_get_libc().prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-    except (OSError, ImportError):
-        pass
+    if libc is not None:
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binaries
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG (after setresuid, which clears it)
 
 
 JOB_FD = 4
@@ -328,6 +360,11 @@ def child_main(setup: dict) -> None:
         os.dup2(setup["job_fd"], JOB_FD)
         os.closerange(JOB_FD + 1, 65536)
         _warm_up()
+        if os.getuid() == 0:
+            try:  # a fresh IPC namespace: SysV/POSIX IPC objects die with the job, unseen by later jobs
+                _get_libc().unshare(CLONE_NEWIPC)
+            except (OSError, ImportError):
+                pass
         if setup.get("chroot"):
             os.chroot(setup["chroot"])
         os.chdir(setup["workdir"])
@@ -400,11 +437,32 @@ def kill_uid(uid: int) -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
-def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float) -> dict:
-    """Collect frames and output from child `pid` until it exits or breaks a limit; kill it if so."""
+def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float,
+              max_frames: int | None = None) -> dict:
+    """Collect frames and output from child `pid` until it exits or breaks a limit; kill it if so.
+
+    More than `max_frames` frames (a flood of tiny forged frames on fd 3) ends the job as output_limit.
+    The child is killed and reaped however this ends, an exception included.
+    """
     deadline = started + float(limits["wall_s"])
     max_out = int(limits["max_output_bytes"])
     pidfd = os.pidfd_open(pid)
+    try:
+        report = _collect(pidfd, result_r, out_r, deadline, max_out, max_frames, started)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _, status = os.waitpid(pid, 0)
+        os.close(pidfd)
+    report["exit_code"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    report["signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    return report
+
+
+def _collect(pidfd: int, result_r: int, out_r: int, deadline: float, max_out: int,
+             max_frames: int | None, started: float) -> dict:
     poller = select.poll()
     for fd in (result_r, out_r, pidfd):
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -435,7 +493,7 @@ def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float)
                 res_total += len(chunk)
                 buf.extend(chunk)
                 frames.extend(split_frames(buf))
-                if res_total > MAX_FRAME:
+                if res_total > MAX_FRAME or (max_frames is not None and len(frames) > max_frames):
                     reason = "output_limit"
             else:
                 out_total += len(chunk)
@@ -443,21 +501,12 @@ def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float)
                     output.extend(chunk[: max_out - len(output)])
                 if out_total > max_out:
                     reason = "output_limit"
-    wall = time.monotonic() - started
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _, status = os.waitpid(pid, 0)
-    os.close(pidfd)
     return {
         "reason": reason,
         "frames": frames,
         "output": output.decode("utf-8", "replace"),
         "output_bytes": out_total,
-        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-        "wall_s": wall,
+        "wall_s": time.monotonic() - started,
     }
 
 
@@ -465,7 +514,7 @@ def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float)
 # The fork server.
 # --------------------------------------------------------------------------------------------------
 
-CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWIPC = 0x00020000, 0x40000000, 0x20000000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 
 
@@ -506,7 +555,66 @@ def build_jail(jail: str, size_mb: int) -> None:
         _bind(prefix, jail)
     for dev in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"):
         _bind(dev, jail, writable_dev=True)
-    os.makedirs(jail + "/work", mode=0o755)
+    os.makedirs(jail + "/work")
+    os.chmod(jail + "/work", 0o711)  # jobs may enter their own directory but not list the others
+
+
+def remove_tree(path: str) -> None:
+    """Remove a job directory however deep the candidate nested it.
+
+    shutil.rmtree recurses in Python, so a chain of a few thousand directories (a job makes one in
+    microseconds) raises RecursionError. Then the tree is flattened instead: each directory's entries
+    are renamed into the top directory (unguessable names) and the emptied directory removed, which
+    takes one rename per entry and two open descriptors, whatever the depth.
+    """
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if not os.path.lexists(path):
+        return
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    token, moved = os.urandom(8).hex(), 0
+    try:
+        top = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        while True:
+            names = os.listdir(top)
+            if not names:
+                break
+            for name in names:
+                if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+                    os.unlink(name, dir_fd=top)
+                    continue
+                sub = os.open(name, flags, dir_fd=top)
+                try:
+                    for child in os.listdir(sub):
+                        moved += 1
+                        os.rename(child, ".rm-%s-%d" % (token, moved), src_dir_fd=sub, dst_dir_fd=top)
+                finally:
+                    os.close(sub)
+                os.rmdir(name, dir_fd=top)
+    except OSError:
+        pass
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def pack_reply(reply: dict) -> bytes:
+    """Frame a job's reply; one too large for the client is an output_limit without frames, not an error.
+
+    Forged frames can grow when re-encoded (raw UTF-8 text becomes ASCII escapes).
+    """
+    data = pack_frame(reply)
+    if len(data) - 4 > MAX_FRAME:
+        data = pack_frame(dict(reply, frames=[], output="", reason="output_limit"))
+    return data
 
 
 class Server:
@@ -529,7 +637,8 @@ class Server:
         if self.next is not None:
             return
         self.counter += 1
-        name = "job-%d-%d" % (os.getpid(), self.counter)
+        # unguessable: the running job (same uid) must not find the next job's directory
+        name = "job-%d-%d-%s" % (os.getpid(), self.counter, os.urandom(8).hex())
         host_dir = os.path.join(self.work_root, name)
         os.mkdir(host_dir, 0o700)
         os.chown(host_dir, self.uid, self.uid)
@@ -562,13 +671,14 @@ class Server:
         if self.prefork:
             self.prepare()  # the next child warms up on another core while this one runs
         try:
-            report = supervise(child["pid"], child["result_r"], child["out_r"], job["limits"], started)
+            report = supervise(child["pid"], child["result_r"], child["out_r"], job["limits"], started,
+                               max_frames=2 * len(job.get("inputs") or ()) + 64)
         finally:
             # with a PID namespace the kernel has already killed every descendant of the child
             clean = True if self.pidns_fd is not None else kill_uid(self.uid)
             os.close(child["result_r"])
             os.close(child["out_r"])
-            shutil.rmtree(child["dir"], ignore_errors=True)
+            remove_tree(child["dir"])
         if not clean:
             report["infra_error"] = "processes of the sandbox uid survived the kill"
         return report
@@ -586,7 +696,7 @@ def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
             reply = server.execute(job)  # type: ignore[arg-type]
         except Exception as exc:
             reply = {"infra_error": "server failed: " + repr(exc)[:300]}
-        write_all(out_fd, pack_frame(reply))
+        write_all(out_fd, pack_reply(reply))
         if server.prefork:
             server.prepare()
 
@@ -627,8 +737,11 @@ def main(argv: list[str]) -> int:
     gc.freeze()  # keep the collector off the server's objects so forked children share their pages
     if args.once:
         job = read_frame(in_fd)
-        reply = server.execute(job) if type(job) is dict else {"infra_error": "no job"}
-        write_all(out_fd, pack_frame(reply))
+        try:
+            reply = server.execute(job) if type(job) is dict else {"infra_error": "no job"}
+        except Exception as exc:
+            reply = {"infra_error": "server failed: " + repr(exc)[:300]}
+        write_all(out_fd, pack_reply(reply))
         return 0
     if args.stdio:
         if server.prefork:

@@ -14,7 +14,9 @@ A task file is one JSON object::
       "efficiency_budget_s": 1.0         # optional, the run time that earns the efficiency bonus
     }
 
-``input`` is the single argument; ``args`` is the list of positional arguments. A case may name another
+``input`` is the single argument; ``args`` is the list of positional arguments. Values are plain JSON;
+a tuple is written ``{"__tuple__": [...]}``, a dict with non-string keys ``{"__dict__": [[k, v], ...]}``
+and inf/nan ``{"__float__": "inf"}``, so types survive a round trip. A case may name another
 function of the module with ``call``, and may require an exception with ``raises`` (its class name)
 instead of ``expected``.
 """
@@ -22,6 +24,7 @@ instead of ``expected``.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,53 @@ _SIGNATURE_NAME = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)\s
 
 class TaskError(ValueError):
     """A task file or task object is malformed; the message names the problem and the fix."""
+
+
+_TUPLE, _DICT, _FLOAT = "__tuple__", "__dict__", "__float__"
+_TAGS = (_TUPLE, _DICT, _FLOAT)
+
+
+def to_json_value(value: Any) -> Any:
+    """Plain Python data as JSON that keeps its types: tuples, non-str dict keys, inf/nan are tagged.
+
+    >>> to_json_value((1, [2.0, {"a": (3,)}]))
+    {'__tuple__': [1, [2.0, {'a': {'__tuple__': [3]}}]]}
+    """
+    if isinstance(value, tuple):
+        return {_TUPLE: [to_json_value(v) for v in value]}
+    if isinstance(value, list):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        plain = all(isinstance(k, str) for k in value) and not (len(value) == 1 and next(iter(value)) in _TAGS)
+        if plain:
+            return {k: to_json_value(v) for k, v in value.items()}
+        return {_DICT: [[to_json_value(k), to_json_value(v)] for k, v in value.items()]}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {_FLOAT: repr(value)}
+    return value
+
+
+def from_json_value(data: Any) -> Any:
+    """Inverse of to_json_value; untagged JSON passes through unchanged."""
+    if isinstance(data, list):
+        return [from_json_value(v) for v in data]
+    if isinstance(data, dict):
+        if len(data) == 1:
+            ((tag, inner),) = data.items()
+            if tag == _TUPLE and isinstance(inner, list):
+                return tuple(from_json_value(v) for v in inner)
+            if tag == _DICT and isinstance(inner, list):
+                return {_hashable(from_json_value(k)): from_json_value(v) for k, v in inner}
+            if tag == _FLOAT and inner in ("nan", "inf", "-inf"):
+                return float(inner)
+        return {k: from_json_value(v) for k, v in data.items()}
+    return data
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, list | dict):
+        raise ValueError("a dict key cannot be a list or a dict")
+    return key
 
 
 class TestCase(BaseModel):
@@ -64,15 +114,16 @@ class TestCase(BaseModel):
         has_input, has_args = "input" in data, "args" in data
         if has_input == has_args:
             raise ValueError('a test case needs exactly one of "input" (single argument) or "args" (a list)')
-        return {**data, "has_input": has_input}
+        decoded = {k: from_json_value(v) if k in ("input", "args", "expected") else v for k, v in data.items()}
+        return {**decoded, "has_input": has_input}
 
     def to_json_dict(self) -> dict[str, Any]:
         """The case in the task file format (`input` kept even when it is null)."""
         key = "input" if self.has_input else "args"
         value = self.input if self.has_input else list(self.args or [])
-        data: dict[str, Any] = {key: value}
+        data: dict[str, Any] = {key: to_json_value(value)}
         if self.raises is None:
-            data["expected"] = self.expected
+            data["expected"] = to_json_value(self.expected)
         else:
             data["raises"] = self.raises
         if self.call is not None:

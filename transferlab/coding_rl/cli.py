@@ -1,0 +1,246 @@
+"""`transferlab coding ...`: the repository-task corpus (and, later, rollouts of coding agents).
+
+Commands::
+
+    transferlab coding tasks build [--out data/coding_tasks] [--seed 0] [--per-operator 2]
+                                   [--held-out-fraction 0.2] [--workers 2] [--limit N]
+    transferlab coding tasks validate PATH [--json] [--workers 2] [--reruns 3]
+
+Exit codes: 0 done (``validate``: every task valid); 1 a task failed validation; 2 bad input (a
+path that is not a task or a corpus, a malformed task); 3 no sandbox backend can run here.
+
+Only typer and the standard library are imported at module level, so ``transferlab --help`` stays
+fast; the tasks, the sandbox and rich are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from transferlab.coding_rl.rollout_cli import rollout
+
+if TYPE_CHECKING:
+    from transferlab.coding_rl.tasks.corpus import BuildReport
+    from transferlab.coding_rl.tasks.repo_task import RepoTask
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 3
+
+app = typer.Typer(
+    name="coding",
+    help="Coding tasks and the agent RL environment.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+tasks_app = typer.Typer(
+    name="tasks",
+    help="Build and validate the repository-task corpus (seed repos + HumanEval with injected bugs).",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+app.add_typer(tasks_app, name="tasks")
+app.command("rollout")(rollout)
+
+WorkersOption = Annotated[
+    int, typer.Option("--workers", "-w", min=1, max=64, help="Sandboxes that run jobs in parallel.")
+]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code`` (no traceback)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@tasks_app.command("build")
+def build(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Corpus root: one directory per task + corpus.json.")
+    ] = Path("data/coding_tasks"),
+    seed: Annotated[int, typer.Option("--seed", help="Seeds mutant sampling and the split.")] = 0,
+    per_operator: Annotated[
+        int, typer.Option("--per-operator", min=0, help="Mutants sampled per function and operator.")
+    ] = 2,
+    held_out_fraction: Annotated[
+        float,
+        typer.Option(
+            "--held-out-fraction",
+            min=0.0,
+            max=1.0,
+            help="Share of source functions (with all their mutants) held out.",
+        ),
+    ] = 0.2,
+    workers: WorkersOption = 2,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", min=0, help="Only the first N HumanEval problems (quick builds).", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Inject bugs into HumanEval's canonical solutions, validate every candidate, write the corpus."""
+    from transferlab.coding_rl.sandbox.backends import SandboxUnavailable
+    from transferlab.coding_rl.tasks.corpus import build_corpus
+
+    try:
+        report = build_corpus(
+            out,
+            seed=seed,
+            per_operator=per_operator,
+            held_out_fraction=held_out_fraction,
+            workers=workers,
+            progress=True,
+            limit=limit,
+        )
+    except SandboxUnavailable as err:
+        fail(str(err), EXIT_UNAVAILABLE)
+    except (OSError, ValueError) as err:
+        fail(str(err), EXIT_BAD_INPUT)
+    _print_build(report)
+
+
+def _print_build(report: BuildReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    table = Table(title="mutation operators: candidates and validation survivors", title_justify="left")
+    table.add_column("operator", no_wrap=True)
+    for column in ("candidates", "produced", "survived", "survival", "dropped"):
+        table.add_column(column, justify="right")
+    totals = report.totals()
+    for row in [*report.operators.values(), totals]:
+        table.add_row(
+            row.operator,
+            str(row.candidates),
+            str(row.produced),
+            str(row.survived),
+            f"{100 * row.survival:.0f}%",
+            str(sum(row.dropped.values())),
+        )
+    console.print(table)
+    typer.echo("why candidates were dropped (all operators):")
+    for reason, n in sorted(totals.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
+        typer.echo(f"  {n:5d}  {reason}")
+    typer.echo("")
+    typer.echo(report.markdown_table())
+    typer.echo("")
+    typer.echo(
+        f"splits: train {report.splits.get('train', 0)} tasks ({report.groups.get('train', 0)} functions), "
+        f"held-out {report.splits.get('held-out', 0)} tasks ({report.groups.get('held-out', 0)} functions)"
+    )
+    typer.echo(
+        f"HumanEval: {report.functions.get('humaneval_problems', 0)} problems, "
+        f"{report.functions.get('with_tests', 0)} with converted tests, "
+        f"{report.functions.get('with_5_tests', 0)} with at least 5, "
+        f"{report.functions.get('with_validated_task', 0)} with a validated task"
+    )
+    typer.echo(report.summary() + f" (backend {report.backend})")
+
+
+def _load_tasks(path: Path) -> list[RepoTask]:
+    """One task directory, or every task under a corpus root; exits with code 2 on bad input."""
+    from transferlab.coding_rl.tasks.code_task import TaskError
+    from transferlab.coding_rl.tasks.repo_task import load_repo_task
+
+    if not path.exists():
+        fail(
+            f"{path} does not exist; give a task directory (with task.json) or a corpus root", EXIT_BAD_INPUT
+        )
+    if not path.is_dir():
+        fail(
+            f"{path} is a file, not a task; give a task directory (with task.json) or a corpus root",
+            EXIT_BAD_INPUT,
+        )
+    try:
+        if (path / "task.json").is_file():
+            return [load_repo_task(path)]
+        found = sorted(p.parent for p in path.rglob("task.json"))
+        if not found:
+            fail(
+                f"{path} is not a repository task (no task.json) and holds no task directories; "
+                "see the task format in transferlab/coding_rl/tasks/repo_task.py",
+                EXIT_BAD_INPUT,
+            )
+        return [load_repo_task(p) for p in found]
+    except TaskError as err:
+        fail(str(err), EXIT_BAD_INPUT)
+    except (OSError, UnicodeDecodeError) as err:
+        fail(f"cannot read the task under {path}: {err}", EXIT_BAD_INPUT)
+
+
+@tasks_app.command("validate")
+def validate(
+    path: Annotated[
+        Path, typer.Argument(help="A task directory (with task.json) or a corpus root.", show_default=False)
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object with every check per task.")
+    ] = False,
+    workers: WorkersOption = 2,
+    reruns: Annotated[
+        int, typer.Option("--reruns", min=1, max=10, help="Runs compared for determinism.")
+    ] = 3,
+) -> None:
+    """Check each task: reference passes, buggy fails dev and hidden, >= 5 tests, deterministic, fast."""
+    from transferlab.coding_rl.sandbox.backends import SandboxUnavailable
+    from transferlab.coding_rl.tasks.corpus import open_verifier
+    from transferlab.coding_rl.tasks.validate import validate_tasks
+
+    tasks = _load_tasks(path)
+    bar = None
+    if not as_json and sys.stderr.isatty() and len(tasks) > 1:
+        from tqdm import tqdm
+
+        bar = tqdm(total=3 * reruns * len(tasks), desc="validating", unit="job", file=sys.stderr)
+
+    def on_progress(done: int, planned: int) -> None:
+        assert bar is not None
+        bar.total, bar.n = planned, done
+        bar.refresh()
+
+    try:
+        with open_verifier(workers) as verifier:
+            backend = verifier.backend.name
+            results = validate_tasks(
+                tasks, verifier, reruns, progress=on_progress if bar is not None else None
+            )
+    except SandboxUnavailable as err:
+        fail(str(err), EXIT_UNAVAILABLE)
+    finally:
+        if bar is not None:
+            bar.close()
+    n_ok = sum(r.ok for r in results)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "path": str(path),
+                    "ok": n_ok == len(results),
+                    "backend": backend,
+                    "counts": {"tasks": len(results), "valid": n_ok, "invalid": len(results) - n_ok},
+                    "tasks": [r.to_json() for r in results],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for result in results:
+            if result.ok:
+                typer.echo(f"ok    {result.task_id}")
+                continue
+            typer.echo(f"FAIL  {result.task_id}")
+            for name in result.failed_checks():
+                typer.echo(f"      {name}: {result.checks[name].detail}")
+        typer.echo(f"{n_ok}/{len(results)} tasks valid (backend {backend})")
+    if n_ok != len(results):
+        raise typer.Exit(EXIT_FAILED)
