@@ -26,8 +26,13 @@ def measure(tasks: list[RepoTask], agent: str, episodes: int, workers: int) -> d
         _, s = run_batched(tasks, agent, episodes, workers, sandbox)
     finally:
         sandbox.close()
-    return {"workers": workers, "episodes_per_s": s.episodes_per_s, "steps_per_s": s.steps_per_s,
-            "sandbox_share": s.sandbox_share, "success_rate": s.success_rate}
+    return {
+        "workers": workers,
+        "episodes_per_s": s.episodes_per_s,
+        "steps_per_s": s.steps_per_s,
+        "sandbox_share": s.sandbox_share,
+        "success_rate": s.success_rate,
+    }
 
 
 def main() -> int:
@@ -44,11 +49,15 @@ def main() -> int:
     print("| workers | episodes/s | env steps/s | sandbox share of step time | success |")
     print("|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['workers']} | {r['episodes_per_s']:.1f} | {r['steps_per_s']:.1f} | "
-              f"{r['sandbox_share']:.0%} | {r['success_rate']:.0%} |")
+        print(
+            f"| {r['workers']} | {r['episodes_per_s']:.1f} | {r['steps_per_s']:.1f} | "
+            f"{r['sandbox_share']:.0%} | {r['success_rate']:.0%} |"
+        )
     if len(rows) > 1:
-        print(f"\nspeed-up {rows[-1]['workers']} workers vs 1: "
-              f"{rows[-1]['episodes_per_s'] / rows[0]['episodes_per_s']:.2f}x episodes/s")
+        print(
+            f"\nspeed-up {rows[-1]['workers']} workers vs 1: "
+            f"{rows[-1]['episodes_per_s'] / rows[0]['episodes_per_s']:.2f}x episodes/s"
+        )
     return 0
 
 

@@ -12,7 +12,6 @@ Usage: python benchmarks/sandbox_throughput.py [--n 200] [--n-slow 30] [--skip-d
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -48,9 +47,17 @@ def _standalone_script(task: CodeTask, source: str) -> str:
 
 
 def _pytest_file(task: CodeTask, source: str) -> str:
-    lines = [source, "", "import pytest", f"_CASES = {[(c.call_args(), c.expected) for c, _ in task.all_tests]!r}",
-             "", "@pytest.mark.parametrize('args,expected', _CASES)", "def test_case(args, expected):",
-             f"    assert {task.entry_point}(*args) == expected", ""]
+    lines = [
+        source,
+        "",
+        "import pytest",
+        f"_CASES = {[(c.call_args(), c.expected) for c, _ in task.all_tests]!r}",
+        "",
+        "@pytest.mark.parametrize('args,expected', _CASES)",
+        "def test_case(args, expected):",
+        f"    assert {task.entry_point}(*args) == expected",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -75,8 +82,13 @@ def _throughput(fn: Callable[[], object], n: int, workers: int) -> float:
 
 def _row(name: str, lat: list[float], gps: float) -> dict[str, float | str]:
     q = statistics.quantiles(lat, n=20, method="inclusive")
-    return {"method": name, "p50_ms": statistics.median(lat) * 1e3, "p95_ms": q[18] * 1e3,
-            "grades_per_s_all_cores": gps, "n": len(lat)}
+    return {
+        "method": name,
+        "p50_ms": statistics.median(lat) * 1e3,
+        "p95_ms": q[18] * 1e3,
+        "grades_per_s_all_cores": gps,
+        "n": len(lat),
+    }
 
 
 def bench_backend(name: str, n: int, cores: int) -> dict[str, float | str] | None:
@@ -100,8 +112,15 @@ def bench_backend(name: str, n: int, cores: int) -> dict[str, float | str] | Non
     return _row(label, lat, gps)
 
 
-def bench_command(label: str, make_cmd: Callable[[Path], list[str]], content: str, suffix: str, n: int,
-                  cores: int, check: Callable[[subprocess.CompletedProcess[str]], bool]) -> dict[str, float | str]:
+def bench_command(
+    label: str,
+    make_cmd: Callable[[Path], list[str]],
+    content: str,
+    suffix: str,
+    n: int,
+    cores: int,
+    check: Callable[[subprocess.CompletedProcess[str]], bool],
+) -> dict[str, float | str]:
     with tempfile.TemporaryDirectory(prefix="transferlab-bench-") as tmp:
         path = Path(tmp) / f"test_solution{suffix}"
         path.write_text(content, encoding="utf-8")
@@ -129,8 +148,14 @@ def bench_docker_run(n: int, cores: int, image: str) -> dict[str, float | str] |
         return None
 
     def once() -> None:
-        out = client.containers.run(image, ["python3", "-c", script], remove=True, network_mode="none",
-                                    mem_limit="640m", pids_limit=64)
+        out = client.containers.run(
+            image,
+            ["python3", "-c", script],
+            remove=True,
+            network_mode="none",
+            mem_limit="640m",
+            pids_limit=64,
+        )
         if not out.decode().startswith("5 5"):
             raise RuntimeError(f"docker run baseline failed: {out!r}")
 
@@ -150,12 +175,28 @@ def run(n: int, n_slow: int, skip_docker: bool) -> dict[str, object]:
         if row:
             rows.append(row)
     print("benchmarking baselines ...", file=sys.stderr)
-    rows.append(bench_command(
-        "fresh interpreter per grade", lambda p: [sys.executable, str(p)], _standalone_script(task, source), ".py",
-        n_slow, cores, lambda proc: proc.stdout.startswith("5 5")))
-    rows.append(bench_command(
-        "python -m pytest per grade", lambda p: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(p)],
-        _pytest_file(task, source), ".py", n_slow, cores, lambda proc: proc.returncode == 0))
+    rows.append(
+        bench_command(
+            "fresh interpreter per grade",
+            lambda p: [sys.executable, str(p)],
+            _standalone_script(task, source),
+            ".py",
+            n_slow,
+            cores,
+            lambda proc: proc.stdout.startswith("5 5"),
+        )
+    )
+    rows.append(
+        bench_command(
+            "python -m pytest per grade",
+            lambda p: [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(p)],
+            _pytest_file(task, source),
+            ".py",
+            n_slow,
+            cores,
+            lambda proc: proc.returncode == 0,
+        )
+    )
     if not skip_docker:
         print("benchmarking docker run ...", file=sys.stderr)
         row = bench_docker_run(max(5, n_slow // 3), cores, SandboxConfig().docker_image)
@@ -173,16 +214,31 @@ def run(n: int, n_slow: int, skip_docker: bool) -> dict[str, object]:
         "fresh interpreter / forkserver": ratio("fresh interpreter per grade", "forkserver"),
         "docker run / docker warm pool": ratio("docker run per grade", "docker warm pool"),
     }
-    return {"cores": cores, "task": f"{task.task_id} ({len(task.all_tests)} tests)", "seed_dir": str(SEED_DIR),
-            "rows": rows, "ratios": ratios}
+    return {
+        "cores": cores,
+        "task": f"{task.task_id} ({len(task.all_tests)} tests)",
+        "seed_dir": str(SEED_DIR),
+        "rows": rows,
+        "ratios": ratios,
+    }
 
 
 def render(result: dict[str, object]) -> str:
-    lines = [f"task: {result['task']}, cores: {result['cores']}", "",
-             "| method | p50 ms | p95 ms | grades/s (all cores) |", "|---|---:|---:|---:|"]
+    lines = [
+        f"task: {result['task']}, cores: {result['cores']}",
+        "",
+        "| method | p50 ms | p95 ms | grades/s (all cores) |",
+        "|---|---:|---:|---:|",
+    ]
     for r in result["rows"]:  # type: ignore[attr-defined]
-        lines.append(f"| {r['method']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['grades_per_s_all_cores']:.1f} |")
-    targets = {"pytest / forkserver": 100, "fresh interpreter / forkserver": 10, "docker run / docker warm pool": 3}
+        lines.append(
+            f"| {r['method']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['grades_per_s_all_cores']:.1f} |"
+        )
+    targets = {
+        "pytest / forkserver": 100,
+        "fresh interpreter / forkserver": 10,
+        "docker run / docker warm pool": 3,
+    }
     lines += ["", "| ratio (p50) | measured | target |", "|---|---:|---:|"]
     for key, value in result["ratios"].items():  # type: ignore[attr-defined]
         shown = "n/a" if value is None else f"{value:.1f}x"

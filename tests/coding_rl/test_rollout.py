@@ -18,7 +18,7 @@ def test_agents_on_seed_repositories() -> None:
     sandbox = open_sandbox("forkserver", 2)
     try:
         expert, s_expert = run_batched(tasks, "expert", 6, 2, sandbox)
-        naive, s_naive = run_batched(tasks, "naive", 3, 2, sandbox)
+        naive, _ = run_batched(tasks, "naive", 3, 2, sandbox)
         rand, s_rand = run_batched(tasks, "random", 3, 2, sandbox, max_steps=6)
     finally:
         sandbox.close()
@@ -33,8 +33,13 @@ def test_agents_on_seed_repositories() -> None:
 def test_rollout_writes_a_run_directory(tmp_path: Path) -> None:
     summary, run_dir = run_rollout(runs_root=tmp_path, agent="expert", tasks="seed", episodes=4, workers=2)
     assert summary.successes == 4
-    assert {p.name for p in run_dir.iterdir()} >= {"config.json", "meta.json", "metrics.parquet",
-                                                   "trajectories.parquet", "artifacts"}
+    assert {p.name for p in run_dir.iterdir()} >= {
+        "config.json",
+        "meta.json",
+        "metrics.parquet",
+        "trajectories.parquet",
+        "artifacts",
+    }
     trajectories = read_trajectories(run_dir / "trajectories.parquet")
     assert len(trajectories) == 4 and all(t.total_reward == pytest.approx(35.5) for t in trajectories)
     first = trajectories[0]

@@ -110,12 +110,16 @@ class RandomAgent:
     def begin(self, task: RepoTask, seed: int) -> None:
         self.rng = random.Random(seed)
         self.files = sorted(task.files)
-        self.words = sorted({w for text in task.files.values() for w in text.split() if w.isidentifier()}) or ["x"]
+        self.words = sorted(
+            {w for text in task.files.values() for w in text.split() if w.isidentifier()}
+        ) or ["x"]
 
     def act(self, observation: str) -> str:
         rng, path = self.rng, self.rng.choice(self.files)
-        tool = rng.choices(["read_file", "search_code", "write_file", "edit_file", "run_tests", "submit"],
-                           weights=[3, 2, 1, 2, 2, 1])[0]
+        tool = rng.choices(
+            ["read_file", "search_code", "write_file", "edit_file", "run_tests", "submit"],
+            weights=[3, 2, 1, 2, 2, 1],
+        )[0]
         if tool == "read_file":
             return call(tool, path=path)
         if tool == "search_code":

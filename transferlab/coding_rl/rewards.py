@@ -23,7 +23,7 @@ class CodeRewardSpec(BaseConfig):
     pass_rate: float = Field(default=10.0, description="Multiplies the fraction of tests passed (0..1).")
     efficient: float = Field(
         default=1.0,
-        description="Paid when at least one test passes and the run stays within the task's efficiency budget.",
+        description="Paid when a test passes and the run stays within the task's efficiency budget.",
     )
 
 
@@ -38,8 +38,10 @@ class RewardBreakdown:
         return round(sum(self.components.values()), 10)
 
 
-def code_reward(*, executed: bool, pass_rate: float, efficient: bool, spec: CodeRewardSpec) -> RewardBreakdown:
-    """The seed's reward: `executes` if it ran, `pass_rate` x fraction passed, `efficient` if fast and useful."""
+def code_reward(
+    *, executed: bool, pass_rate: float, efficient: bool, spec: CodeRewardSpec
+) -> RewardBreakdown:
+    """Seed 000's reward: `executes` if it ran, `pass_rate` x share passed, `efficient` if fast and useful."""
     if not 0.0 <= pass_rate <= 1.0:
         raise ValueError(f"pass_rate must be in [0, 1], got {pass_rate}")
     return RewardBreakdown(

@@ -72,9 +72,14 @@ class RolloutSummary:
         return self.env_steps / self.wall_s if self.wall_s else 0.0
 
     def as_metrics(self) -> dict[str, float]:
-        return {"rollout/success_rate": self.success_rate, "rollout/mean_return": self.mean_return,
-                "rollout/mean_steps": self.mean_steps, "time/episodes_per_s": self.episodes_per_s,
-                "time/env_steps_per_s": self.steps_per_s, "time/sandbox_share": self.sandbox_share}
+        return {
+            "rollout/success_rate": self.success_rate,
+            "rollout/mean_return": self.mean_return,
+            "rollout/mean_steps": self.mean_steps,
+            "time/episodes_per_s": self.episodes_per_s,
+            "time/env_steps_per_s": self.steps_per_s,
+            "time/sandbox_share": self.sandbox_share,
+        }
 
     @property
     def sandbox_share(self) -> float:
@@ -112,23 +117,43 @@ def run_episode(env: CodeRepairEnv, agent_name: str, task: RepoTask, seed: int) 
         action = agent.act(obs)
         policy_s = time.perf_counter() - t0
         next_obs, reward, term, trunc, info = env.step(action)
-        steps.append(StepRecord(
-            episode_id=episode_id, step=k, task_id=task.task_id, domain="coding", action_text=action,
-            action_ids=byte_ids(action), observation_text=next_obs, observation_ids=byte_ids(next_obs),
-            reward=reward,
-            reward_components=dict(info["components"]), terminated=term, truncated=trunc,
-            info={"tool": info["tool"], "tool_ok": info["tool_ok"], "success": info["success"]},
-            timings={"policy_s": policy_s, **env.last_timings},
-            prompt_text=obs if k == 0 else "", prompt_ids=byte_ids(obs) if k == 0 else []))
+        steps.append(
+            StepRecord(
+                episode_id=episode_id,
+                step=k,
+                task_id=task.task_id,
+                domain="coding",
+                action_text=action,
+                action_ids=byte_ids(action),
+                observation_text=next_obs,
+                observation_ids=byte_ids(next_obs),
+                reward=reward,
+                reward_components=dict(info["components"]),
+                terminated=term,
+                truncated=trunc,
+                info={"tool": info["tool"], "tool_ok": info["tool_ok"], "success": info["success"]},
+                timings={"policy_s": policy_s, **env.last_timings},
+                prompt_text=obs if k == 0 else "",
+                prompt_ids=byte_ids(obs) if k == 0 else [],
+            )
+        )
         obs = next_obs
         if term or trunc:
             break
     return Trajectory(steps)
 
 
-def run_batched(tasks: Sequence[RepoTask], agent_name: str, episodes: int, workers: int,
-                sandbox: SandboxBackend, rewards: str = "dense", max_steps: int = 10, seed: int = 0,
-                on_episode: Callable[[Trajectory], None] | None = None) -> tuple[list[Trajectory], RolloutSummary]:
+def run_batched(
+    tasks: Sequence[RepoTask],
+    agent_name: str,
+    episodes: int,
+    workers: int,
+    sandbox: SandboxBackend,
+    rewards: str = "dense",
+    max_steps: int = 10,
+    seed: int = 0,
+    on_episode: Callable[[Trajectory], None] | None = None,
+) -> tuple[list[Trajectory], RolloutSummary]:
     """Run `episodes` episodes over `tasks` (cycling) with `workers` environments in parallel."""
     if not tasks:
         raise ValueError("no tasks to run")
@@ -138,7 +163,9 @@ def run_batched(tasks: Sequence[RepoTask], agent_name: str, episodes: int, worke
 
     def env_of_thread() -> CodeRepairEnv:
         if not hasattr(local, "env"):
-            local.env = CodeRepairEnv(tasks=list(tasks), rewards=rewards, max_steps=max_steps, sandbox=sandbox)
+            local.env = CodeRepairEnv(
+                tasks=list(tasks), rewards=rewards, max_steps=max_steps, sandbox=sandbox
+            )
             with lock:
                 envs.append(local.env)
         return local.env  # type: ignore[no-any-return]
@@ -164,11 +191,19 @@ def summarize(trajectories: Sequence[Trajectory], wall_s: float) -> RolloutSumma
     successes = sum(1 for t in trajectories if t.steps[-1].info.get("success") is True)
     steps = sum(len(t) for t in trajectories)
     sandbox = sum(s.timings.get("sandbox_s", 0.0) for t in trajectories for s in t.steps)
-    busy = sum(s.timings.get("env_s", 0.0) + s.timings.get("policy_s", 0.0) for t in trajectories for s in t.steps)
-    return RolloutSummary(episodes=n, successes=successes,
-                          mean_return=sum(t.total_reward for t in trajectories) / n if n else 0.0,
-                          mean_steps=steps / n if n else 0.0, wall_s=wall_s, env_steps=steps,
-                          sandbox_s=sandbox, busy_s=busy)
+    busy = sum(
+        s.timings.get("env_s", 0.0) + s.timings.get("policy_s", 0.0) for t in trajectories for s in t.steps
+    )
+    return RolloutSummary(
+        episodes=n,
+        successes=successes,
+        mean_return=sum(t.total_reward for t in trajectories) / n if n else 0.0,
+        mean_steps=steps / n if n else 0.0,
+        wall_s=wall_s,
+        env_steps=steps,
+        sandbox_s=sandbox,
+        busy_s=busy,
+    )
 
 
 def load_tasks(which: str, corpus_dir: Path, build_if_missing: bool = True) -> list[RepoTask]:
@@ -190,5 +225,11 @@ def load_tasks(which: str, corpus_dir: Path, build_if_missing: bool = True) -> l
 
 def episode_digest(traj: Trajectory) -> str:
     """A one-line JSON summary (for logs)."""
-    return json.dumps({"task": traj.task_id, "return": traj.total_reward, "steps": len(traj),
-                       "success": traj.steps[-1].info.get("success")})
+    return json.dumps(
+        {
+            "task": traj.task_id,
+            "return": traj.total_reward,
+            "steps": len(traj),
+            "success": traj.steps[-1].info.get("success"),
+        }
+    )

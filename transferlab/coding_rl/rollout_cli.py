@@ -16,7 +16,9 @@ def rollout(
     rewards: str = typer.Option("dense", "--rewards", help="dense | sparse"),
     max_steps: int = typer.Option(10, "--max-steps", help="Step limit per episode."),
     seed: int = typer.Option(0, "--seed", help="Seeds task order and the random agent."),
-    corpus: Path = typer.Option(Path("data/coding_tasks"), "--corpus", help="Task corpus (built if missing)."),
+    corpus: Path = typer.Option(
+        Path("data/coding_tasks"), "--corpus", help="Task corpus (built if missing)."
+    ),
     backend: str = typer.Option("forkserver", "--backend", "-b", help="forkserver | subprocess | docker"),
     runs_root: Path = typer.Option(Path("runs"), "--runs-root", help="Where run directories go."),
 ) -> None:
@@ -24,19 +26,32 @@ def rollout(
     from transferlab.platform.config import ConfigError
 
     try:
-        summary, run_dir = run_rollout(agent=agent, tasks=tasks, episodes=episodes, workers=workers,
-                                       rewards=rewards, max_steps=max_steps, seed=seed,
-                                       corpus_dir=str(corpus), backend=backend, runs_root=runs_root)
+        summary, run_dir = run_rollout(
+            agent=agent,
+            tasks=tasks,
+            episodes=episodes,
+            workers=workers,
+            rewards=rewards,
+            max_steps=max_steps,
+            seed=seed,
+            corpus_dir=str(corpus),
+            backend=backend,
+            runs_root=runs_root,
+        )
     except ConfigError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     except FileNotFoundError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"success rate {summary.success_rate:.1%} ({summary.successes}/{summary.episodes}), "
-               f"mean return {summary.mean_return:+.2f}, {summary.mean_steps:.1f} steps/episode")
-    typer.echo(f"{summary.episodes_per_s:.1f} episodes/s, {summary.steps_per_s:.1f} env steps/s, "
-               f"{summary.sandbox_share:.0%} of step time in the sandbox ({workers} workers)")
+    typer.echo(
+        f"success rate {summary.success_rate:.1%} ({summary.successes}/{summary.episodes}), "
+        f"mean return {summary.mean_return:+.2f}, {summary.mean_steps:.1f} steps/episode"
+    )
+    typer.echo(
+        f"{summary.episodes_per_s:.1f} episodes/s, {summary.steps_per_s:.1f} env steps/s, "
+        f"{summary.sandbox_share:.0%} of step time in the sandbox ({workers} workers)"
+    )
     typer.echo(f"run directory: {run_dir}")
 
 
@@ -61,19 +76,40 @@ def run_rollout(runs_root: Path = Path("runs"), **settings: Any) -> tuple[Any, P
 
             def record(traj: Any) -> None:
                 writer.add(traj)
-                run.logger.log(done[0], {"rollout/return": traj.total_reward, "rollout/steps": len(traj),
-                                         "rollout/success": float(traj.steps[-1].info.get("success") is True)})
+                run.logger.log(
+                    done[0],
+                    {
+                        "rollout/return": traj.total_reward,
+                        "rollout/steps": len(traj),
+                        "rollout/success": float(traj.steps[-1].info.get("success") is True),
+                    },
+                )
                 done[0] += 1
                 progress.advance(bar)
 
             try:
-                _, summary = run_batched(task_list, config.agent, config.episodes, config.workers, sandbox,
-                                         rewards=config.rewards, max_steps=config.max_steps, seed=config.seed,
-                                         on_episode=record)
+                _, summary = run_batched(
+                    task_list,
+                    config.agent,
+                    config.episodes,
+                    config.workers,
+                    sandbox,
+                    rewards=config.rewards,
+                    max_steps=config.max_steps,
+                    seed=config.seed,
+                    on_episode=record,
+                )
             finally:
                 sandbox.close()
                 writer.close()
         run.logger.log(config.episodes, summary.as_metrics())
-        run.write_artifact_json("summary.json", {**summary.as_metrics(), "episodes": summary.episodes,
-                                                 "successes": summary.successes, "wall_s": summary.wall_s})
+        run.write_artifact_json(
+            "summary.json",
+            {
+                **summary.as_metrics(),
+                "episodes": summary.episodes,
+                "successes": summary.successes,
+                "wall_s": summary.wall_s,
+            },
+        )
     return summary, run.dir

@@ -8,6 +8,8 @@ Commands::
     transferlab sandbox grade TASK.json SOLUTION.py [--backend B] [--json] [--workers N]
     transferlab sandbox build-image [--image NAME] [--mirror URL]
     transferlab sandbox humaneval [--limit N] [--backend B] [--workers N]
+    transferlab coding tasks build [--out DIR] [--seed N] [--per-operator N] [--held-out-fraction F]
+    transferlab coding tasks validate PATH [--json] [--workers N]
 
 Module import stays light (typer and the stdlib; the sandbox sub-app's module is light too):
 pydantic, pandas, rich and the domain code are imported inside the command functions, so
@@ -22,6 +24,7 @@ from typing import Annotated
 import typer
 
 import transferlab
+from transferlab.coding_rl.cli import app as coding_app
 from transferlab.coding_rl.sandbox.cli import Backend
 from transferlab.coding_rl.sandbox.cli import app as sandbox_app
 
@@ -39,6 +42,7 @@ runs_app = typer.Typer(
 
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(runs_app, name="runs")
+app.add_typer(coding_app, name="coding")
 
 RunsRootOption = Annotated[
     Path, typer.Option("--runs-root", help="Root directory of the run store (<root>/<experiment>/<run-id>/).")

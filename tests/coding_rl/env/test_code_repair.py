@@ -15,7 +15,6 @@ from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.rewards import DENSE_REWARDS
 from transferlab.coding_rl.sandbox.backends import SandboxBackend, SandboxUnavailable, make_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
-from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +32,9 @@ def env(sandbox: SandboxBackend) -> Iterator[CodeRepairEnv]:
     e = CodeRepairEnv(sandbox=sandbox)
     yield e
     e.close()
+
+
+DIVIDE_ONLY = "def divide(a, b):\n    if b == 0:\n        raise ValueError('b is 0')\n    return a / b\n"
 
 
 def run(env: CodeRepairEnv, task_id: str, actions: list[str]) -> tuple[list[float], list[dict], bool, bool]:
@@ -66,14 +68,21 @@ def test_reset_is_seeded_and_takes_a_task(env: CodeRepairEnv) -> None:
 
 def test_seed_early_attempt_is_negative(env: CodeRepairEnv) -> None:
     """Seed 000: read the test (+0.5), search (+0.5), write without reading (-2.0 + 0.5) ... negative."""
-    rewards, infos, _, _ = run(env, "seed-calculator", [
-        call("read_file", path="tests/test_calculator.py"),
-        call("search_code", pattern="def divide"),
-        call("write_file", path="src/calculator.py",
-             content="def divide(a, b):\n    if b == 0:\n        raise ValueError('b is 0')\n    return a / b\n"),
-        call("run_tests"),
-        call("submit"),
-    ])
+    rewards, infos, _, _ = run(
+        env,
+        "seed-calculator",
+        [
+            call("read_file", path="tests/test_calculator.py"),
+            call("search_code", pattern="def divide"),
+            call(
+                "write_file",
+                path="src/calculator.py",
+                content=DIVIDE_ONLY,
+            ),
+            call("run_tests"),
+            call("submit"),
+        ],
+    )
     assert rewards[:3] == [0.5, 0.5, 0.5 - 2.0]
     assert infos[2]["components"] == {"write_file_success": 0.5, "write_without_read": -2.0}
     assert infos[3]["tests"]["passed"] < infos[3]["tests"]["selected"]  # add/subtract/multiply are gone
@@ -95,30 +104,41 @@ def test_expert_workflow_collects_the_completion_bonus(env: CodeRepairEnv, task_
         if term or trunc:
             break
     d = DENSE_REWARDS
-    assert rewards == [d.read_file_success, d.search_code_success, d.read_file_success,
-                       d.write_file_success + d.read_before_write, d.test_after_modify + d.test_pass,
-                       d.test_pass + d.all_tests_pass, d.task_complete]
+    assert rewards == [
+        d.read_file_success,
+        d.search_code_success,
+        d.read_file_success,
+        d.write_file_success + d.read_before_write,
+        d.test_after_modify + d.test_pass,
+        d.test_pass + d.all_tests_pass,
+        d.task_complete,
+    ]
     assert infos[-1]["success"] is True and infos[-1]["components"] == {"task_complete": 20.0}
     assert sum(rewards) == pytest.approx(35.5)
 
 
 def test_tool_errors_are_messages_not_crashes(env: CodeRepairEnv) -> None:
     env.reset(options={"task": "seed-quick_sort"})
-    for bad, needle in [("not json", "one JSON object"), ("[1]", "JSON object"),
-                        ('{"action": "rm"}', "unknown action"), ('{"action": "read_file"}', "needs 'path'"),
-                        ('{"action": "read_file", "path": "../etc/passwd"}', "without '..'"),
-                        ('{"action": "read_file", "path": "nope.py"}', "no file"),
-                        ('{"action": "edit_file", "path": "src/quick_sort.py", "old": "zzz", "new": "y"}',
-                         "does not occur"),
-                        ('{"action": "run_tests", "target": "tests/test_quick_sort.py::test_99"}', "no test")]:
-        obs, r, term, trunc, info = env.step(bad)
+    for bad, needle in [
+        ("not json", "one JSON object"),
+        ("[1]", "JSON object"),
+        ('{"action": "rm"}', "unknown action"),
+        ('{"action": "read_file"}', "needs 'path'"),
+        ('{"action": "read_file", "path": "../etc/passwd"}', "without '..'"),
+        ('{"action": "read_file", "path": "nope.py"}', "no file"),
+        ('{"action": "edit_file", "path": "src/quick_sort.py", "old": "zzz", "new": "y"}', "does not occur"),
+        ('{"action": "run_tests", "target": "tests/test_quick_sort.py::test_99"}', "no test"),
+    ]:
+        obs, r, term, _, info = env.step(bad)
         assert needle in obs and r == DENSE_REWARDS.tool_error and info["components"] == {"tool_error": -1.0}
         assert not term
 
 
 def test_writes_to_tests_are_refused_and_counted(env: CodeRepairEnv) -> None:
     env.reset(options={"task": "seed-quick_sort"})
-    obs, r, *_, info = env.step(call("write_file", path="tests/test_quick_sort.py", content="def test_x(): pass\n"))
+    obs, r, *_, info = env.step(
+        call("write_file", path="tests/test_quick_sort.py", content="def test_x(): pass\n")
+    )
     assert "read-only" in obs and r == -1.0 and info["test_writes_refused"] == 1
     obs, r, *_, info = env.step(call("edit_file", path="tests/test_quick_sort.py", old="def", new="xx"))
     assert info["test_writes_refused"] == 2
@@ -130,14 +150,22 @@ def test_success_is_the_verifiers_verdict_not_the_agents_tests(env: CodeRepairEn
     dev = {json.dumps(c.call_args()): c.expected for c in task.dev_tests}
     table = "{" + ", ".join(f"{k!r}: {v!r}" for k, v in dev.items()) + "}"
     cheat = f"import json\n\ndef quick_sort(arr):\n    return {table}.get(json.dumps([arr]), arr)\n"
-    rewards, infos, term, _ = run(env, "seed-quick_sort", [
-        call("read_file", path="src/quick_sort.py"),
-        call("write_file", path="src/quick_sort.py", content=cheat),
-        call("run_tests", target="all"),
-        call("submit"),
-    ])
+    rewards, infos, term, _ = run(
+        env,
+        "seed-quick_sort",
+        [
+            call("read_file", path="src/quick_sort.py"),
+            call("write_file", path="src/quick_sort.py", content=cheat),
+            call("run_tests", target="all"),
+            call("submit"),
+        ],
+    )
     assert infos[2]["components"]["all_tests_pass"] == DENSE_REWARDS.all_tests_pass
-    assert term and infos[3]["success"] is False and infos[3]["verifier"]["passed"] < infos[3]["verifier"]["total"]
+    assert (
+        term
+        and infos[3]["success"] is False
+        and infos[3]["verifier"]["passed"] < infos[3]["verifier"]["total"]
+    )
 
 
 def test_redundant_actions_and_truncation(sandbox: SandboxBackend) -> None:

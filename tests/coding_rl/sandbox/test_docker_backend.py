@@ -79,8 +79,12 @@ def test_orphans_of_dead_owners_are_reaped(docker_backend: object) -> None:
     client = docker_backend.client  # type: ignore[attr-defined]
     dead_pid = 2**22 + 12345  # above pid_max's default, never alive
     orphan = client.containers.run(
-        SandboxConfig().docker_image, ["sleep", "300"], detach=True, network_mode="none",
-        labels={LABEL: "1", OWNER_LABEL: f"{socket.gethostname()}:{dead_pid}"})
+        SandboxConfig().docker_image,
+        ["sleep", "300"],
+        detach=True,
+        network_mode="none",
+        labels={LABEL: "1", OWNER_LABEL: f"{socket.gethostname()}:{dead_pid}"},
+    )
     live = docker_backend.reap_orphans()  # type: ignore[attr-defined]
     assert live >= 1
     assert all(c.id != orphan.id for c in client.containers.list(all=True))

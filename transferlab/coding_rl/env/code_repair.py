@@ -1,15 +1,23 @@
-"""`transferlab/CodeRepair-v0`: fix a bug in a small repository with tools, judged by an independent verifier."""
+"""`transferlab/CodeRepair-v0`: fix a bug in a small repository with tools; an independent verifier judges."""
 
 from __future__ import annotations
 
 import string
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 from gymnasium import spaces
 
-from transferlab.coding_rl.env.workspace import TOOLS, TestRun, ToolCall, ToolError, Workspace, describe_run, parse_action
+from transferlab.coding_rl.env.workspace import (
+    TOOLS,
+    TestRun,
+    ToolCall,
+    ToolError,
+    Workspace,
+    describe_run,
+    parse_action,
+)
 from transferlab.coding_rl.rewards import AgentRewardTable, reward_table
 from transferlab.coding_rl.sandbox.backends import SandboxBackend, SandboxUnavailable, make_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
@@ -69,11 +77,16 @@ class CodeRepairEnv(gym.Env[str, str]):
     * v0: initial version.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
-    def __init__(self, tasks: list[RepoTask] | None = None, rewards: str | AgentRewardTable = "dense",
-                 max_steps: int = 10, sandbox: SandboxBackend | None = None,
-                 render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        tasks: list[RepoTask] | None = None,
+        rewards: str | AgentRewardTable = "dense",
+        max_steps: int = 10,
+        sandbox: SandboxBackend | None = None,
+        render_mode: str | None = None,
+    ) -> None:
         if tasks is None:
             from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
 
@@ -110,7 +123,9 @@ class CodeRepairEnv(gym.Env[str, str]):
 
     # -- gymnasium API ------------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         task = self._pick_task(options)
         if self.workspace is not None:
@@ -148,8 +163,9 @@ class CodeRepairEnv(gym.Env[str, str]):
             events["task_failed"] = 1
             text += f"\n(step limit of {self.max_steps} reached without a submit)"
         components = self.rewards.weigh(events)
-        info.update(components=components, events=events,
-                    test_writes_refused=self.workspace.refused_test_writes)
+        info.update(
+            components=components, events=events, test_writes_refused=self.workspace.refused_test_writes
+        )
         # timings stay out of `info`, which must be deterministic; rollout code reads them here
         self.last_timings["env_s"] = time.perf_counter() - t0
         self.done = terminated or truncated
@@ -183,13 +199,18 @@ class CodeRepairEnv(gym.Env[str, str]):
     def _intro(self) -> str:
         assert self.workspace is not None
         tools = ", ".join(f"{name}({', '.join(args)})" for name, args in TOOLS.items())
-        return "\n".join([
-            f"Issue: {self.task.meta.issue}", "", "Repository files:",
-            *(f"  {f}" for f in self.workspace.files()), "",
-            f"Tools, one JSON object per turn: {tools}; run_tests takes an optional target "
-            '("all", a test file, or "file::test_<i>").',
-            f"Step budget: {self.max_steps}.",
-        ])
+        return "\n".join(
+            [
+                f"Issue: {self.task.meta.issue}",
+                "",
+                "Repository files:",
+                *(f"  {f}" for f in self.workspace.files()),
+                "",
+                f"Tools, one JSON object per turn: {tools}; run_tests takes an optional target "
+                '("all", a test file, or "file::test_<i>").',
+                f"Step budget: {self.max_steps}.",
+            ]
+        )
 
     def _redundant(self, call: ToolCall, events: dict[str, float]) -> None:
         key = (call.key(), self.version)
@@ -217,8 +238,11 @@ class CodeRepairEnv(gym.Env[str, str]):
             more = f"\n... {len(hits) - len(shown)} more" if len(hits) > len(shown) else ""
             return "\n".join(shown) + more, False
         if call.action in ("write_file", "edit_file"):
-            changed = (ws.write_file(a["path"], a["content"]) if call.action == "write_file"
-                       else ws.edit_file(a["path"], a["old"], a["new"]))
+            changed = (
+                ws.write_file(a["path"], a["content"])
+                if call.action == "write_file"
+                else ws.edit_file(a["path"], a["old"], a["new"])
+            )
             if not changed:
                 events["redundant_action"] = 1
                 return f"{a['path']} unchanged", False

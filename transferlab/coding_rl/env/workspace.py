@@ -55,9 +55,11 @@ def parse_action(text: str) -> ToolCall:
     try:
         data = json.loads(text)
     except (ValueError, TypeError):
-        raise ToolError('the action must be one JSON object, e.g. {"action": "read_file", "path": "src/x.py"}') from None
+        raise ToolError(
+            'the action must be one JSON object, e.g. {"action": "read_file", "path": "src/x.py"}'
+        ) from None
     if not isinstance(data, dict):
-        raise ToolError("the action must be a JSON object with an \"action\" key")
+        raise ToolError('the action must be a JSON object with an "action" key')
     name = data.get("action")
     if name not in TOOLS:
         raise ToolError(f"unknown action {name!r}; available: {', '.join(TOOLS)}")
@@ -181,8 +183,9 @@ class Workspace:
         code_task = self._code_task(dev, [])
         t0 = time.perf_counter()
         grade = self.verifier.grade(code_task, self._source())
-        return TestRun(indices, grade.passed, len(indices) == len(self.task.dev_tests), grade,
-                       time.perf_counter() - t0)
+        return TestRun(
+            indices, grade.passed, len(indices) == len(self.task.dev_tests), grade, time.perf_counter() - t0
+        )
 
     def submit(self) -> TestRun:
         """The independent verdict: developer and hidden tests on the final source, in a fresh sandbox."""
@@ -192,12 +195,20 @@ class Workspace:
 
     def _code_task(self, dev: list[dict[str, Any]], hidden: list[dict[str, Any]]) -> CodeTask:
         meta = self.task.meta
-        return task_from_dict({
-            "task_id": meta.task_id, "task_description": meta.issue,
-            "function_signature": f"def {meta.entry_point}(...):", "entry_point": meta.entry_point,
-            "test_cases": dev, "hidden_test_cases": hidden, "time_limit_s": meta.time_limit_s,
-            "float_tolerance": meta.float_tolerance, "efficiency_budget_s": meta.efficiency_budget_s,
-        }, source=meta.task_id)
+        return task_from_dict(
+            {
+                "task_id": meta.task_id,
+                "task_description": meta.issue,
+                "function_signature": f"def {meta.entry_point}(...):",
+                "entry_point": meta.entry_point,
+                "test_cases": dev,
+                "hidden_test_cases": hidden,
+                "time_limit_s": meta.time_limit_s,
+                "float_tolerance": meta.float_tolerance,
+                "efficiency_budget_s": meta.efficiency_budget_s,
+            },
+            source=meta.task_id,
+        )
 
     def _select(self, target: str | None) -> list[int]:
         n = len(self.task.dev_tests)
@@ -219,10 +230,14 @@ def describe_run(run: TestRun, task: RepoTask, submitted: bool = False) -> str:
     """The observation text for a test run: counts, then each failure (developer tests only)."""
     if submitted:
         verdict = "PASSED" if run.grade.status == "passed" else "FAILED"
-        return (f"submitted: the verifier ran {run.grade.total} tests (developer + hidden): "
-                f"{run.grade.passed} passed -> {verdict}")
-    lines = [f"ran {run.selected} test(s): {run.passed} passed, {run.selected - run.passed} failed"
-             f" [{run.grade.status}]"]
+        return (
+            f"submitted: the verifier ran {run.grade.total} tests (developer + hidden): "
+            f"{run.grade.passed} passed -> {verdict}"
+        )
+    lines = [
+        f"ran {run.selected} test(s): {run.passed} passed, {run.selected - run.passed} failed"
+        f" [{run.grade.status}]"
+    ]
     test_file = task.test_paths()[0] if task.test_paths() else "tests"
     for outcome in run.grade.tests:
         if outcome.status == "failed":

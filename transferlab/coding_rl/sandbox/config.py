@@ -39,7 +39,9 @@ class SandboxConfig(BaseConfig):
         default=1024 * 1024, ge=1, description="Largest solution accepted; larger ones are refused unrun."
     )
     client_grace_s: float = Field(
-        default=10.0, gt=0, le=600,
+        default=10.0,
+        gt=0,
+        le=600,
         description="How long past the job's wall limit a client waits for the sandbox before calling it an "
         "infra_error and replacing the server or container.",
     )
@@ -49,7 +51,8 @@ class SandboxConfig(BaseConfig):
     )
     jail_size_mb: int = Field(default=256, ge=16, description="Size of the fork server's tmpfs root (MiB).")
     docker_image: str = Field(
-        default="transferlab-sandbox:bookworm", description="Image built by `transferlab sandbox build-image`."
+        default="transferlab-sandbox:bookworm",
+        description="Image built by `transferlab sandbox build-image`.",
     )
     docker_idle_exit_s: float = Field(
         default=600.0, gt=0, description="A warm container left without a client removes itself after this."

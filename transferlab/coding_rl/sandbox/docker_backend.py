@@ -14,6 +14,7 @@ The image is built from Debian packages with ``transferlab sandbox build-image``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
@@ -72,17 +73,40 @@ class _Container:
         self.sock: socket.socket | None = None
         self.container = client.containers.run(
             config.docker_image,
-            command=["python3", "-I", "-S", "-B", f"{SERVER_DIR_IN_CONTAINER}/{SERVER_PATH.name}",
-                     "--listen", f"{SOCKET_DIR_IN_CONTAINER}/s.sock", "--uid", str(uid),
-                     "--work-root", "/work", "--idle-exit", str(config.docker_idle_exit_s)],
-            detach=True, auto_remove=True, network_mode="none", read_only=True, user="0",
+            command=[
+                "python3",
+                "-I",
+                "-S",
+                "-B",
+                f"{SERVER_DIR_IN_CONTAINER}/{SERVER_PATH.name}",
+                "--listen",
+                f"{SOCKET_DIR_IN_CONTAINER}/s.sock",
+                "--uid",
+                str(uid),
+                "--work-root",
+                "/work",
+                "--idle-exit",
+                str(config.docker_idle_exit_s),
+            ],
+            detach=True,
+            auto_remove=True,
+            network_mode="none",
+            read_only=True,
+            user="0",
             tmpfs={"/work": "size=64m,mode=755,nosuid,nodev"},
-            volumes={str(SERVER_PATH.parent): {"bind": SERVER_DIR_IN_CONTAINER, "mode": "ro"},
-                     self.sock_dir: {"bind": SOCKET_DIR_IN_CONTAINER, "mode": "rw"}},
-            mem_limit=f"{config.memory_mb + 128}m", memswap_limit=f"{config.memory_mb + 128}m",
-            pids_limit=config.max_processes + 16, nano_cpus=1_000_000_000,
-            cap_drop=["ALL"], cap_add=SERVER_CAPS, security_opt=["no-new-privileges"],
-            environment={}, labels={LABEL: "1", OWNER_LABEL: _owner_tag()},
+            volumes={
+                str(SERVER_PATH.parent): {"bind": SERVER_DIR_IN_CONTAINER, "mode": "ro"},
+                self.sock_dir: {"bind": SOCKET_DIR_IN_CONTAINER, "mode": "rw"},
+            },
+            mem_limit=f"{config.memory_mb + 128}m",
+            memswap_limit=f"{config.memory_mb + 128}m",
+            pids_limit=config.max_processes + 16,
+            nano_cpus=1_000_000_000,
+            cap_drop=["ALL"],
+            cap_add=SERVER_CAPS,
+            security_opt=["no-new-privileges"],
+            environment={},
+            labels={LABEL: "1", OWNER_LABEL: _owner_tag()},
         )
         try:
             self._connect(time.monotonic() + 20)
@@ -114,10 +138,8 @@ class _Container:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        try:
+        with contextlib.suppress(Exception):  # already gone (auto_remove) or the engine is down
             self.container.remove(force=True)
-        except Exception:  # already gone (auto_remove) or the engine is down
-            pass
         shutil.rmtree(self.sock_dir, ignore_errors=True)
 
 

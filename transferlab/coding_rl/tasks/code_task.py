@@ -53,7 +53,9 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, list):
         return [to_json_value(v) for v in value]
     if isinstance(value, dict):
-        plain = all(isinstance(k, str) for k in value) and not (len(value) == 1 and next(iter(value)) in _TAGS)
+        plain = all(isinstance(k, str) for k in value) and not (
+            len(value) == 1 and next(iter(value)) in _TAGS
+        )
         if plain:
             return {k: to_json_value(v) for k, v in value.items()}
         return {_DICT: [[to_json_value(k), to_json_value(v)] for k, v in value.items()]}
@@ -94,7 +96,9 @@ class TestCase(BaseModel):
     input: Any = Field(default=None, description="The single argument (use `args` for several).")
     args: list[Any] | None = Field(default=None, description="Positional arguments of the call.")
     expected: Any = Field(default=None, description="The exact value the function must return.")
-    call: str | None = Field(default=None, description="Function to call; defaults to the task's entry point.")
+    call: str | None = Field(
+        default=None, description="Function to call; defaults to the task's entry point."
+    )
     raises: str | None = Field(
         default=None, description="Name of the exception the call must raise (then `expected` is unused)."
     )
@@ -106,15 +110,19 @@ class TestCase(BaseModel):
         if not isinstance(data, dict):
             raise ValueError('a test case must be an object like {"input": X, "expected": Y}')
         if "expected" not in data and "raises" not in data:
-            raise ValueError('a test case needs "expected", the value the function must return '
-                             '(or "raises", the name of the exception it must raise)')
+            raise ValueError(
+                'a test case needs "expected", the value the function must return '
+                '(or "raises", the name of the exception it must raise)'
+            )
         for key in ("call", "raises"):
             if key in data and not (isinstance(data[key], str) and data[key].isidentifier()):
                 raise ValueError(f'"{key}" must be a Python identifier, got {data[key]!r}')
         has_input, has_args = "input" in data, "args" in data
         if has_input == has_args:
             raise ValueError('a test case needs exactly one of "input" (single argument) or "args" (a list)')
-        decoded = {k: from_json_value(v) if k in ("input", "args", "expected") else v for k, v in data.items()}
+        decoded = {
+            k: from_json_value(v) if k in ("input", "args", "expected") else v for k, v in data.items()
+        }
         return {**decoded, "has_input": has_input}
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -142,7 +150,9 @@ class CodeTask(BaseModel):
 
     task_id: str = Field(default="", description="A stable id; defaults to the entry point.")
     task_description: str = Field(min_length=1, description="What the function must do.")
-    function_signature: str = Field(min_length=1, description="`def name(args) -> type:` shown to the policy.")
+    function_signature: str = Field(
+        min_length=1, description="`def name(args) -> type:` shown to the policy."
+    )
     test_cases: list[TestCase] = Field(min_length=1, description="Developer tests, shown to the policy.")
     hidden_test_cases: list[TestCase] = Field(default_factory=list, description="Tests never shown.")
     entry_point: str = Field(default="", description="Function to call; defaults to the signature's name.")
@@ -177,7 +187,9 @@ class CodeTask(BaseModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         """The task as the JSON task format (tuples become lists)."""
-        data = json.loads(self.model_dump_json(exclude_defaults=True, exclude={"test_cases", "hidden_test_cases"}))
+        data = json.loads(
+            self.model_dump_json(exclude_defaults=True, exclude={"test_cases", "hidden_test_cases"})
+        )
         data["test_cases"] = [t.to_json_dict() for t in self.test_cases]
         if self.hidden_test_cases:
             data["hidden_test_cases"] = [t.to_json_dict() for t in self.hidden_test_cases]
@@ -190,14 +202,18 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
         where = ".".join(str(p) for p in item["loc"]) or "(top level)"
         msg = item["msg"].removeprefix("Value error, ")
         lines.append(f"  - {where}: {msg}")
-    lines.append("  fix: see the task format in the README (Task format) or transferlab/coding_rl/tasks/code_task.py")
+    lines.append(
+        "  fix: see the task format in the README (Task format) or transferlab/coding_rl/tasks/code_task.py"
+    )
     return "\n".join(lines)
 
 
 def task_from_dict(data: Any, source: str = "<dict>") -> CodeTask:
     """Validate a parsed task; raises TaskError naming every problem."""
     if not isinstance(data, dict):
-        raise TaskError(f"invalid task {source}: the top level must be a JSON object, got {type(data).__name__}")
+        raise TaskError(
+            f"invalid task {source}: the top level must be a JSON object, got {type(data).__name__}"
+        )
     try:
         return CodeTask.model_validate(data)
     except ValidationError as err:
@@ -216,5 +232,7 @@ def load_task(path: str | Path) -> CodeTask:
     except UnicodeDecodeError as err:
         raise TaskError(f"task file {p} is not UTF-8 (byte {err.start}); save it as UTF-8") from None
     except json.JSONDecodeError as err:
-        raise TaskError(f"task file {p} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+        raise TaskError(
+            f"task file {p} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
     return task_from_dict(data, str(p))

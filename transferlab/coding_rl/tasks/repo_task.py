@@ -89,17 +89,20 @@ class RepoTask(BaseModel):
         dev = [t.to_json_dict() for t in self.dev_tests]
         hidden = [t.to_json_dict() for t in self.hidden_tests]
         cases = {"dev": (dev, []), "hidden": (hidden, []), "all": (dev, hidden)}[which]
-        return task_from_dict({
-            "task_id": self.meta.task_id,
-            "task_description": self.meta.issue,
-            "function_signature": f"def {self.meta.entry_point}(...):",
-            "entry_point": self.meta.entry_point,
-            "test_cases": cases[0],
-            "hidden_test_cases": cases[1],
-            "time_limit_s": self.meta.time_limit_s,
-            "float_tolerance": self.meta.float_tolerance,
-            "efficiency_budget_s": self.meta.efficiency_budget_s,
-        }, source=self.meta.task_id)
+        return task_from_dict(
+            {
+                "task_id": self.meta.task_id,
+                "task_description": self.meta.issue,
+                "function_signature": f"def {self.meta.entry_point}(...):",
+                "entry_point": self.meta.entry_point,
+                "test_cases": cases[0],
+                "hidden_test_cases": cases[1],
+                "time_limit_s": self.meta.time_limit_s,
+                "float_tolerance": self.meta.float_tolerance,
+                "efficiency_budget_s": self.meta.efficiency_budget_s,
+            },
+            source=self.meta.task_id,
+        )
 
 
 def render_dev_tests(module: str, cases: list[TestCase], entry_point: str) -> str:
@@ -110,7 +113,12 @@ def render_dev_tests(module: str, cases: list[TestCase], entry_point: str) -> st
         args = ", ".join(repr(a) for a in case.call_args())
         lines.append(f"def test_{i}():")
         if case.raises:
-            lines += ["    import pytest", "", f"    with pytest.raises({case.raises}):", f"        {fn}({args})"]
+            lines += [
+                "    import pytest",
+                "",
+                f"    with pytest.raises({case.raises}):",
+                f"        {fn}({args})",
+            ]
         else:
             lines.append(f"    assert {fn}({args}) == {case.expected!r}")
         lines.append("")
@@ -168,16 +176,23 @@ def load_repo_task(path: Path) -> RepoTask:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise TaskError(f"invalid {meta_path}: {problems}") from None
     repo = path / "repo"
-    files = {p.relative_to(repo).as_posix(): p.read_text(encoding="utf-8")
-             for p in sorted(repo.rglob("*")) if p.is_file()}
+    files = {
+        p.relative_to(repo).as_posix(): p.read_text(encoding="utf-8")
+        for p in sorted(repo.rglob("*"))
+        if p.is_file()
+    }
     if meta.source_path not in files:
         raise TaskError(f"{path}: source_path {meta.source_path!r} is not in repo/")
     ref = path / "reference" / meta.source_path
     if not ref.is_file():
         raise TaskError(f"{path}: the reference source {ref} is missing")
-    return RepoTask(meta=meta, files=files, dev_tests=_read_cases(path / "tests" / "dev.json"),
-                    hidden_tests=_read_cases(path / "tests" / "hidden.json"),
-                    reference_source=ref.read_text(encoding="utf-8"))
+    return RepoTask(
+        meta=meta,
+        files=files,
+        dev_tests=_read_cases(path / "tests" / "dev.json"),
+        hidden_tests=_read_cases(path / "tests" / "hidden.json"),
+        reference_source=ref.read_text(encoding="utf-8"),
+    )
 
 
 def load_corpus(root: Path, split: Split | None = None) -> list[RepoTask]:
@@ -207,13 +222,27 @@ def make_repo_task(
     """A one-module repository task: ``src/<module>.py`` (buggy) and ``tests/test_<module>.py``."""
     source_path = f"src/{module}.py"
     meta = RepoTaskMeta(
-        task_id=task_id, issue=issue, source_path=source_path, entry_point=entry_point, split=split,
-        group=group, time_limit_s=time_limit_s, float_tolerance=float_tolerance,
-        efficiency_budget_s=efficiency_budget_s, bug=bug, provenance=dict(provenance or {}))
+        task_id=task_id,
+        issue=issue,
+        source_path=source_path,
+        entry_point=entry_point,
+        split=split,
+        group=group,
+        time_limit_s=time_limit_s,
+        float_tolerance=float_tolerance,
+        efficiency_budget_s=efficiency_budget_s,
+        bug=bug,
+        provenance=dict(provenance or {}),
+    )
     files = {
         source_path: buggy_source if buggy_source.endswith("\n") else buggy_source + "\n",
         f"tests/test_{module}.py": render_dev_tests(module, dev_tests, entry_point),
     }
     reference = reference_source if reference_source.endswith("\n") else reference_source + "\n"
-    return RepoTask(meta=meta, files=files, dev_tests=list(dev_tests), hidden_tests=list(hidden_tests),
-                    reference_source=reference)
+    return RepoTask(
+        meta=meta,
+        files=files,
+        dev_tests=list(dev_tests),
+        hidden_tests=list(hidden_tests),
+        reference_source=reference,
+    )
