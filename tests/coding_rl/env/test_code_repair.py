@@ -150,7 +150,7 @@ def test_success_is_the_verifiers_verdict_not_the_agents_tests(env: CodeRepairEn
     dev = {json.dumps(c.call_args()): c.expected for c in task.dev_tests}
     table = "{" + ", ".join(f"{k!r}: {v!r}" for k, v in dev.items()) + "}"
     cheat = f"import json\n\ndef quick_sort(arr):\n    return {table}.get(json.dumps([arr]), arr)\n"
-    rewards, infos, term, _ = run(
+    _, infos, term, _ = run(
         env,
         "seed-quick_sort",
         [
