@@ -56,3 +56,21 @@ def test_bad_settings_are_config_errors(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="agent"):
         run_rollout(runs_root=tmp_path, agent="genius", tasks="seed", episodes=1)
+
+
+def test_expert_solves_validated_tasks_and_naive_does_not(tmp_path: Path) -> None:
+    """If the expert failed a validated task, the task or the environment would be wrong."""
+    from transferlab.coding_rl.tasks.corpus import build_corpus
+    from transferlab.coding_rl.tasks.repo_task import load_corpus
+
+    build_corpus(tmp_path / "corpus", limit=12, progress=False)
+    tasks = load_corpus(tmp_path / "corpus")
+    assert len(tasks) >= 10
+    sandbox = open_sandbox("forkserver", 2)
+    try:
+        _, expert = run_batched(tasks, "expert", len(tasks), 2, sandbox)
+        _, naive = run_batched(tasks, "naive", len(tasks), 2, sandbox)
+    finally:
+        sandbox.close()
+    assert expert.success_rate >= 0.95
+    assert naive.success_rate < expert.success_rate and naive.mean_return < expert.mean_return

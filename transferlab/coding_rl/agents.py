@@ -75,12 +75,18 @@ def _first_failing_dev_test(task: RepoTask) -> int:
 
 
 class NaiveAgent:
-    """Writes a patch without reading the source (seed 000's early attempt), then tests and submits."""
+    """Writes a patch without reading the source (seed 000's early attempt), then tests and submits.
+
+    Without reading, it cannot know the code: its patch is a blind one-line edit (a random mutation of
+    the entry point, which it has only seen in a search hit), written over the whole module.
+    """
 
     name = "naive"
 
     def begin(self, task: RepoTask, seed: int) -> None:
-        patch = entry_point_only(task.reference_source, task.meta.entry_point)
+        patch = entry_point_only(
+            blind_edit(task.buggy_source, task.meta.entry_point, seed), task.meta.entry_point
+        )
         self.plan = [
             call("read_file", path=task.test_paths()[0]),
             call("search_code", pattern=f"def {task.meta.entry_point}"),
@@ -91,6 +97,14 @@ class NaiveAgent:
 
     def act(self, observation: str) -> str:
         return self.plan.pop(0) if self.plan else call("submit")
+
+
+def blind_edit(source: str, entry_point: str, seed: int) -> str:
+    """A random one-line mutation of the entry point (the source itself if none applies)."""
+    from transferlab.coding_rl.tasks.mutations import mutate
+
+    mutants = [m for found in mutate(source, entry_point, seed=seed, per_operator=1) for m in found.picked]
+    return random.Random(seed).choice(mutants).buggy if mutants else source
 
 
 def entry_point_only(source: str, entry_point: str) -> str:
