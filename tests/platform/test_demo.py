@@ -104,10 +104,24 @@ def test_demo_summary_and_output(demo_run: tuple[DemoResult, str]) -> None:
         assert label in output
 
 
+def test_demo_runs_the_agents(demo_run: tuple[DemoResult, str]) -> None:
+    result, output = demo_run
+    agents = result.summaries["coding: scripted agents in CodeRepair-v0"]
+    assert agents["held_out"] > 0 and agents["tasks"]["survived"] >= 10
+    assert agents["expert"]["success_rate"] == 1.0
+    assert agents["naive"]["mean_return"] < agents["expert"]["mean_return"]
+    assert agents["random"]["success_rate"] == 0.0
+    assert (
+        agents["seed_calculator_returns"]["naive"] < 0 < agents["seed_calculator_returns"]["expert"] == 35.5
+    )
+    assert (result.run_dir / "trajectories.parquet").is_file()
+    assert "scripted agents on" in output
+
+
 def test_demo_command_falls_back_to_subprocess(tmp_path: Path) -> None:
     """--backend docker with no Docker engine answering: the demo says so and uses subprocess."""
     result = CliRunner().invoke(
-        app, ["demo", "--backend", "docker", "--runs-root", str(tmp_path)], env=NO_ENGINE
+        app, ["demo", "--backend", "docker", "--runs-root", str(tmp_path), "--only", "1"], env=NO_ENGINE
     )
     assert result.exit_code == 0, result.output
     assert "falling back to --backend subprocess" in result.stdout
@@ -153,7 +167,10 @@ def test_a_failing_section_marks_the_run_failed(tmp_path: Path) -> None:
 
 
 def test_the_default_sections() -> None:
-    assert [s.title for s in SECTIONS] == ["coding: seed tasks in the sandbox"]
+    assert [s.title for s in SECTIONS] == [
+        "coding: seed tasks in the sandbox",
+        "coding: scripted agents in CodeRepair-v0",
+    ]
 
 
 def test_demo_rejects_an_unknown_backend(tmp_path: Path) -> None:

@@ -91,8 +91,8 @@ def open_sandbox(backend: str, workers: int) -> SandboxBackend:
     """The requested backend, or subprocess where the fork server cannot run (said on stderr)."""
     try:
         return make_backend(SandboxConfig(backend=backend, workers=workers))  # type: ignore[arg-type]
-    except SandboxUnavailable as exc:
-        if backend != "forkserver":
+    except (SandboxUnavailable, ImportError) as exc:
+        if backend == "subprocess":
             raise
         import sys
 

@@ -77,14 +77,22 @@ def demo(
         ),
     ] = Backend.forkserver,
     runs_root: RunsRootOption = Path("runs"),
+    only: Annotated[
+        list[int] | None,
+        typer.Option("--only", help="Run only these sections (by number; repeat the option for several)."),
+    ] = None,
 ) -> None:
     """The main job: every demo section, recorded as a run in the run store (experiment "demo")."""
     from transferlab.coding_rl.sandbox.backends import SandboxUnavailable
     from transferlab.platform.config import ConfigError
-    from transferlab.platform.demo import run_demo
+    from transferlab.platform.demo import SECTIONS, run_demo
 
+    if only and not all(1 <= n <= len(SECTIONS) for n in only):
+        typer.echo(f"error: --only takes section numbers 1..{len(SECTIONS)}, got {only}", err=True)
+        raise typer.Exit(2)
+    sections = [s for n, s in enumerate(SECTIONS, start=1) if not only or n in only]
     try:
-        result = run_demo(backend=backend.value, runs_root=runs_root)
+        result = run_demo(backend=backend.value, runs_root=runs_root, sections=sections)
     except ConfigError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
