@@ -406,11 +406,53 @@ def _live_processes_of(uid: int) -> bool:
     return False
 
 
+# World-writable places a job could leave files in for later jobs (the fork server's jail has none).
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+
+
+def _remove_leftovers_of(uid: int) -> None:
+    """Run as `uid` once its processes are dead: remove its files in SHARED_DIRS and its SysV IPC objects.
+
+    Without a fresh IPC namespace per job (a container's server may not create one), shared memory,
+    message queues and semaphores outlive the job and are seen by later jobs of the same uid.
+    """
+    for directory in SHARED_DIRS:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    remove_tree(entry.path)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+    libc = _libc  # loaded by the server as root: the stdlib may not be readable by `uid`
+    if libc is None:
+        return
+    removers = {"shm": lambda i: libc.shmctl(i, 0, None), "msg": lambda i: libc.msgctl(i, 0, None),
+                "sem": lambda i: libc.semctl(i, 0, 0)}  # IPC_RMID == 0
+    for kind, remove in removers.items():
+        try:
+            with open("/proc/sysvipc/" + kind) as fh:
+                header, *rows = [line.split() for line in fh]
+        except (OSError, ValueError):
+            continue
+        for row in rows:
+            if len(row) == len(header) and row[header.index("uid")] == str(uid):
+                remove(int(row[1]))
+
+
 def kill_uid(uid: int) -> bool:
     """Kill every process of `uid` (setsid daemons included) from a helper running as that uid.
 
     kill(-1) reaches every process the helper may signal, i.e. exactly those of `uid`; it is repeated
-    until /proc shows none alive. Returns False if some survived (reported as an infra error).
+    until /proc shows none alive. Returns False if some survived (reported as an infra error). Then
+    the helper removes what the uid left for later jobs (`_remove_leftovers_of`).
     """
     if os.getuid() != 0 or uid == 0:
         return True
@@ -430,6 +472,8 @@ def kill_uid(uid: int) -> bool:
                     code = 0
                     break
                 time.sleep(0.001)
+            if code == 0:
+                _remove_leftovers_of(uid)
         except BaseException:
             pass
         os._exit(code)
@@ -559,6 +603,17 @@ def build_jail(jail: str, size_mb: int) -> None:
     os.chmod(jail + "/work", 0o711)  # jobs may enter their own directory but not list the others
 
 
+def _reap_children() -> None:
+    """Collect every exited child, adopted orphans of the job included (no child is running now)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def remove_tree(path: str) -> None:
     """Remove a job directory however deep the candidate nested it.
 
@@ -631,6 +686,17 @@ class Server:
         self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if pidns else None
         self.counter = 0
         self.next: dict | None = None
+        if not pidns and os.getuid() == 0:
+            # Without a PID namespace, a job's orphans are adopted by the nearest subreaper, else by
+            # PID 1, which may never reap them (a container's PID 1 is this server; some hosts' PID 1
+            # is no init): unreaped zombies still count against the uid's RLIMIT_NPROC, so after one
+            # fork bomb later jobs of the uid could not fork. Adopt them here and reap them per job.
+            try:
+                libc = _get_libc()
+            except (OSError, ImportError):
+                libc = None
+            if libc is not None:
+                libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
     def prepare(self) -> None:
         """Fork the child for the next job now, so its start-up is off the critical path."""
@@ -676,6 +742,8 @@ class Server:
         finally:
             # with a PID namespace the kernel has already killed every descendant of the child
             clean = True if self.pidns_fd is not None else kill_uid(self.uid)
+            if self.pidns_fd is None:
+                _reap_children()
             os.close(child["result_r"])
             os.close(child["out_r"])
             remove_tree(child["dir"])
