@@ -90,7 +90,7 @@ class RolloutSummary:
 def open_sandbox(backend: str, workers: int) -> SandboxBackend:
     """The requested backend, or subprocess where the fork server cannot run (said on stderr)."""
     try:
-        return make_backend(SandboxConfig(backend=backend, workers=workers))  # type: ignore[arg-type]
+        return make_backend(SandboxConfig(backend=backend, workers=workers))
     except (SandboxUnavailable, ImportError) as exc:
         if backend == "subprocess":
             raise
@@ -168,7 +168,7 @@ def run_batched(
             )
             with lock:
                 envs.append(local.env)
-        return local.env  # type: ignore[no-any-return]
+        return local.env
 
     def one(i: int) -> Trajectory:
         traj = run_episode(env_of_thread(), agent_name, tasks[i % len(tasks)], seed + i)

@@ -273,3 +273,22 @@ def test_a_fork_server_killed_between_jobs_is_replaced(forkserver_harness: Any) 
     time.sleep(0.1)
     harness.assert_honest_job_passes()
     harness.assert_clean()
+
+
+def test_honest_code_can_import_the_standard_library(verifier: Verifier) -> None:
+    """The unprivileged uid must be able to import stdlib modules the server did not preload."""
+    from transferlab.coding_rl.tasks.code_task import task_from_dict
+
+    task = task_from_dict(
+        {
+            "task_description": "sort",
+            "function_signature": "def f(x):",
+            "test_cases": [{"input": [3, 1, 2], "expected": [1, 2, 3]}],
+        }
+    )
+    source = (
+        "import heapq, bisect, fractions, decimal, statistics\n"
+        "def f(x):\n    heapq.heapify(x)\n    return [heapq.heappop(x) for _ in range(len(x))]\n"
+    )
+    result = verifier.grade(task, source)
+    assert result.status == "passed", result.message

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import string
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -77,7 +77,7 @@ class CodeRepairEnv(gym.Env[str, str]):
     * v0: initial version.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (Gymnasium declares it an instance attribute)
 
     def __init__(
         self,
@@ -173,7 +173,7 @@ class CodeRepairEnv(gym.Env[str, str]):
         self._last_obs = obs
         return obs, float(sum(components.values())), terminated, truncated, info
 
-    def render(self) -> str | None:
+    def render(self) -> str | None:  # type: ignore[override]
         return self._last_obs if self.render_mode == "ansi" else None
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ import os
 import queue
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -54,8 +55,12 @@ class ExecutionRequest:
     calls: list[str | None] | None = None  # per input: another function to call (None: the entry point)
 
     def to_job(self) -> dict[str, Any]:
-        job = {"source": self.source, "entry_point": self.entry_point, "inputs": self.inputs,
-               "limits": self.limits}
+        job = {
+            "source": self.source,
+            "entry_point": self.entry_point,
+            "inputs": self.inputs,
+            "limits": self.limits,
+        }
         if self.calls is not None and any(c is not None for c in self.calls):
             job["calls"] = self.calls
         return job
@@ -81,10 +86,16 @@ class ExecutionReport:
         if "infra_error" in raw and "frames" not in raw:
             return cls(infra_error=str(raw["infra_error"]))
         frames = [f for f in raw.get("frames", []) if isinstance(f, dict)]
-        return cls(reason=raw.get("reason"), frames=frames, output=str(raw.get("output", "")),
-                   output_bytes=int(raw.get("output_bytes", 0)), exit_code=raw.get("exit_code"),
-                   signal=raw.get("signal"), wall_s=float(raw.get("wall_s", 0.0)),
-                   infra_error=raw.get("infra_error"))
+        return cls(
+            reason=raw.get("reason"),
+            frames=frames,
+            output=str(raw.get("output", "")),
+            output_bytes=int(raw.get("output_bytes", 0)),
+            exit_code=raw.get("exit_code"),
+            signal=raw.get("signal"),
+            wall_s=float(raw.get("wall_s", 0.0)),
+            infra_error=raw.get("infra_error"),
+        )
 
 
 class SandboxBackend(Protocol):
@@ -131,11 +142,23 @@ class _ForkServer:
     def __init__(self, uid: int, config: SandboxConfig) -> None:
         self.grace_s = config.client_grace_s
         self.jail_dir = tempfile.mkdtemp(prefix="transferlab-jail-")
-        self.log = tempfile.TemporaryFile()
-        cmd = [sys.executable, *SERVER_FLAGS, str(SERVER_PATH), "--stdio", "--jail", self.jail_dir, "--pidns",
-               "--uid", str(uid), "--jail-size-mb", str(config.jail_size_mb)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     env={}, close_fds=True)
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the server; closed in close())
+        cmd = [
+            sys.executable,
+            *SERVER_FLAGS,
+            str(SERVER_PATH),
+            "--stdio",
+            "--jail",
+            self.jail_dir,
+            "--pidns",
+            "--uid",
+            str(uid),
+            "--jail-size-mb",
+            str(config.jail_size_mb),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env={}, close_fds=True
+        )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         try:
@@ -143,8 +166,10 @@ class _ForkServer:
         except InfraError:
             self.close()
             raise SandboxUnavailable(
-                "the fork server did not start: " + self._log_tail()
-                + "\nfix: run as root on Linux (it needs mount/network/PID namespaces), or use --backend subprocess"
+                "the fork server did not start: "
+                + self._log_tail()
+                + "\nfix: run as root on Linux (it needs mount/network/PID namespaces), "
+                "or use --backend subprocess"
             ) from None
 
     def _log_tail(self) -> str:
@@ -298,6 +323,43 @@ class ForkServerBackend:
         self.close()
 
 
+def world_readable_tree(path: Path) -> bool:
+    """Whether an unprivileged user can reach and read `path` (every parent traversable, itself readable)."""
+    path = path.resolve()
+    for parent in [*reversed(path.parents), path]:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH or (parent == path and not mode & stat.S_IROTH):
+            return False
+    return True
+
+
+def interpreter_for_unprivileged() -> str:
+    """An interpreter whose standard library the sandbox uid can read.
+
+    Candidates import standard-library modules after dropping to an unprivileged uid. An interpreter
+    installed under a private home (pyenv in /root, mode 0700) cannot serve them; the system's
+    python3 can. Without a chroot (the subprocess backend) we therefore pick that one.
+    """
+    stdlib = Path(os.__file__).parent
+    if not _is_root() or world_readable_tree(stdlib):
+        return sys.executable
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(candidate):
+            out = subprocess.run(
+                [candidate, "-I", "-S", "-c", "import os; print(os.path.dirname(os.__file__))"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            if out.returncode == 0 and world_readable_tree(Path(out.stdout.strip())):
+                return candidate
+    raise SandboxUnavailable(
+        f"the subprocess backend drops candidates to an unprivileged uid, which cannot read this "
+        f"interpreter's standard library ({stdlib}) and no system python3 is readable either; install "
+        "python3 from the system packages, or use --backend forkserver"
+    )
+
+
 class SubprocessBackend:
     """A fresh interpreter per job: same rlimits and uid drop as the fork server, no namespaces."""
 
@@ -308,22 +370,34 @@ class SubprocessBackend:
         self.workers = self.config.workers
         self._uids = _UidPool(self.config.uid_base + 100, self.workers)
         self.drops_privileges = _is_root()
+        self.python = interpreter_for_unprivileged()
 
     def execute(self, request: ExecutionRequest) -> ExecutionReport:
         uid = self._uids.take()
         work_root = tempfile.mkdtemp(prefix="transferlab-sub-")
         os.chmod(work_root, 0o711)
-        cmd = [sys.executable, *SERVER_FLAGS, str(SERVER_PATH), "--once", "--uid", str(uid),
-               "--work-root", work_root]
+        cmd = [
+            self.python,
+            *SERVER_FLAGS,
+            str(SERVER_PATH),
+            "--once",
+            "--uid",
+            str(uid),
+            "--work-root",
+            work_root,
+        ]
         try:
             with tempfile.TemporaryFile() as log:
-                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                        env={}, close_fds=True)
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env={}, close_fds=True
+                )
                 assert proc.stdin is not None and proc.stdout is not None
                 try:
                     wire.write_all(proc.stdin.fileno(), wire.pack_frame(request.to_job()))
                     proc.stdin.close()
-                    deadline = time.monotonic() + float(request.limits["wall_s"]) + self.config.client_grace_s + 5
+                    deadline = (
+                        time.monotonic() + float(request.limits["wall_s"]) + self.config.client_grace_s + 5
+                    )
                     raw = read_frame_until(proc.stdout.fileno(), deadline)
                 except (InfraError, OSError, ValueError) as exc:
                     proc.kill()

@@ -206,8 +206,19 @@ def split_frames(buf: bytearray) -> list:
 # Runner: executes inside the sandboxed child, before and around the candidate's code.
 # --------------------------------------------------------------------------------------------------
 
-_TYPING_NAMES = ("Any", "Callable", "Dict", "Iterable", "Iterator", "List", "Optional", "Sequence", "Set",
-                 "Tuple", "Union")
+_TYPING_NAMES = (
+    "Any",
+    "Callable",
+    "Dict",
+    "Iterable",
+    "Iterator",
+    "List",
+    "Optional",
+    "Sequence",
+    "Set",
+    "Tuple",
+    "Union",
+)
 
 
 def _describe(exc: BaseException) -> str:
@@ -266,8 +277,14 @@ def run_job(job: dict, out_fd: int = RESULT_FD) -> None:
             except UnsupportedValue as exc:
                 frame = {"e": "result", "i": i, "ok": False, "kind": "type", "msg": str(exc)}
             except BaseException as exc:
-                frame = {"e": "result", "i": i, "ok": False, "kind": "exception", "msg": _describe(exc),
-                         "exc": _exc_name(exc)}
+                frame = {
+                    "e": "result",
+                    "i": i,
+                    "ok": False,
+                    "kind": "exception",
+                    "msg": _describe(exc),
+                    "exc": _exc_name(exc),
+                }
             emit(out_fd, pack(frame))
         emit(out_fd, pack({"e": "done"}))
     except BaseException:
@@ -370,8 +387,9 @@ def child_main(setup: dict) -> None:
         os.chdir(setup["workdir"])
         drop_privileges(setup["uid"])
         os.environ.clear()
-        os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": setup["workdir"],
-                           "TMPDIR": setup["workdir"]})
+        os.environ.update(
+            {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": setup["workdir"], "TMPDIR": setup["workdir"]}
+        )
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         job = read_frame(JOB_FD)  # only now, unprivileged and jailed, does the child learn its job
         os.close(JOB_FD)
@@ -434,8 +452,11 @@ def _remove_leftovers_of(uid: int) -> None:
     libc = _libc  # loaded by the server as root: the stdlib may not be readable by `uid`
     if libc is None:
         return
-    removers = {"shm": lambda i: libc.shmctl(i, 0, None), "msg": lambda i: libc.msgctl(i, 0, None),
-                "sem": lambda i: libc.semctl(i, 0, 0)}  # IPC_RMID == 0
+    removers = {
+        "shm": lambda i: libc.shmctl(i, 0, None),
+        "msg": lambda i: libc.msgctl(i, 0, None),
+        "sem": lambda i: libc.semctl(i, 0, 0),
+    }  # IPC_RMID == 0
     for kind, remove in removers.items():
         try:
             with open("/proc/sysvipc/" + kind) as fh:
@@ -481,8 +502,9 @@ def kill_uid(uid: int) -> bool:
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
-def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float,
-              max_frames: int | None = None) -> dict:
+def supervise(
+    pid: int, result_r: int, out_r: int, limits: dict, started: float, max_frames: int | None = None
+) -> dict:
     """Collect frames and output from child `pid` until it exits or breaks a limit; kill it if so.
 
     More than `max_frames` frames (a flood of tiny forged frames on fd 3) ends the job as output_limit.
@@ -505,8 +527,15 @@ def supervise(pid: int, result_r: int, out_r: int, limits: dict, started: float,
     return report
 
 
-def _collect(pidfd: int, result_r: int, out_r: int, deadline: float, max_out: int,
-             max_frames: int | None, started: float) -> dict:
+def _collect(
+    pidfd: int,
+    result_r: int,
+    out_r: int,
+    deadline: float,
+    max_out: int,
+    max_frames: int | None,
+    started: float,
+) -> dict:
     poller = select.poll()
     for fd in (result_r, out_r, pidfd):
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -564,7 +593,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     libc = _get_libc()
-    enc = (lambda s: s.encode() if s is not None else None)
+    enc = lambda s: s.encode() if s is not None else None
     _check(libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), "mount " + target)
 
 
@@ -717,9 +746,17 @@ class Server:
             _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
         pid = os.fork()
         if pid == 0:
-            child_main({"stdin_fd": self.devnull, "out_fd": out_w, "result_fd": result_w, "job_fd": job_r,
-                        "uid": self.uid, "chroot": self.jail,
-                        "workdir": "/work/" + name if self.jail else host_dir})
+            child_main(
+                {
+                    "stdin_fd": self.devnull,
+                    "out_fd": out_w,
+                    "result_fd": result_w,
+                    "job_fd": job_r,
+                    "uid": self.uid,
+                    "chroot": self.jail,
+                    "workdir": "/work/" + name if self.jail else host_dir,
+                }
+            )
         for fd in (result_w, out_w, job_r):
             os.close(fd)
         self.next = {"pid": pid, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir}
@@ -737,8 +774,14 @@ class Server:
         if self.prefork:
             self.prepare()  # the next child warms up on another core while this one runs
         try:
-            report = supervise(child["pid"], child["result_r"], child["out_r"], job["limits"], started,
-                               max_frames=2 * len(job.get("inputs") or ()) + 64)
+            report = supervise(
+                child["pid"],
+                child["result_r"],
+                child["out_r"],
+                job["limits"],
+                started,
+                max_frames=2 * len(job.get("inputs") or ()) + 64,
+            )
         finally:
             # with a PID namespace the kernel has already killed every descendant of the child
             clean = True if self.pidns_fd is not None else kill_uid(self.uid)

@@ -24,8 +24,15 @@ from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.tasks.code_task import CodeTask, TaskError, TestCase
 
 Status = Literal["passed", "failed", "error", "timeout", "memory_limit", "output_limit", "infra_error"]
-STATUSES: tuple[str, ...] = ("passed", "failed", "error", "timeout", "memory_limit", "output_limit",
-                             "infra_error")
+STATUSES: tuple[str, ...] = (
+    "passed",
+    "failed",
+    "error",
+    "timeout",
+    "memory_limit",
+    "output_limit",
+    "infra_error",
+)
 
 
 class TestOutcome(BaseModel):
@@ -81,11 +88,17 @@ def values_equal(expected: Any, got: Any, tol: float) -> bool:
             return math.isnan(e) and math.isnan(g)
         return math.isclose(g, e, rel_tol=tol, abs_tol=tol)
     if te in (list, tuple):
-        return (type(got) is te and len(got) == len(expected)
-                and all(values_equal(e, g, tol) for e, g in zip(expected, got, strict=True)))
+        return (
+            type(got) is te
+            and len(got) == len(expected)
+            and all(values_equal(e, g, tol) for e, g in zip(expected, got, strict=True))
+        )
     if te is dict:
-        return (type(got) is dict and set(got) == set(expected)
-                and all(values_equal(v, got[k], tol) for k, v in expected.items()))
+        return (
+            type(got) is dict
+            and set(got) == set(expected)
+            and all(values_equal(v, got[k], tol) for k, v in expected.items())
+        )
     raise TypeError(f"expected value of unsupported type {te.__name__}")
 
 
@@ -94,13 +107,18 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _test_outcome(index: int, hidden: bool, case: TestCase, frame: dict[str, Any] | None,
-                  tol: float) -> TestOutcome:
+def _test_outcome(
+    index: int, hidden: bool, case: TestCase, frame: dict[str, Any] | None, tol: float
+) -> TestOutcome:
     expected = case.expected
     if frame is None:
         ok, msg = False, "no result (the process ended or was stopped before this test reported)"
     elif case.raises is not None:
-        ok = frame.get("ok") is not True and frame.get("kind") == "exception" and frame.get("exc") == case.raises
+        ok = (
+            frame.get("ok") is not True
+            and frame.get("kind") == "exception"
+            and frame.get("exc") == case.raises
+        )
         if ok:
             msg = ""
         elif frame.get("ok") is True:
@@ -117,8 +135,9 @@ def _test_outcome(index: int, hidden: bool, case: TestCase, frame: dict[str, Any
         else:
             ok = values_equal(expected, got, tol)
             msg = "" if ok else f"expected {_short(expected)}, got {_short(got)}"
-    return TestOutcome(index=index, hidden=hidden, status="passed" if ok else "failed",
-                       message="" if (ok or hidden) else msg)
+    return TestOutcome(
+        index=index, hidden=hidden, status="passed" if ok else "failed", message="" if (ok or hidden) else msg
+    )
 
 
 def _results_by_index(frames: list[dict[str, Any]], n: int) -> dict[int, dict[str, Any]]:
@@ -131,14 +150,16 @@ def _results_by_index(frames: list[dict[str, Any]], n: int) -> dict[int, dict[st
     return out
 
 
-def classify(report: ExecutionReport, results: dict[int, dict[str, Any]], n: int,
-             all_passed: bool) -> tuple[Status, bool, str]:
+def classify(
+    report: ExecutionReport, results: dict[int, dict[str, Any]], n: int, all_passed: bool
+) -> tuple[Status, bool, str]:
     """Status, whether the code executed, and a one-line message, from what the sandbox saw."""
     events = [f.get("e") for f in report.frames]
     load_error = next((f for f in report.frames if f.get("e") == "load_error"), None)
     executed = "loaded" in events and load_error is None
     memory = (load_error is not None and load_error.get("kind") == "memory") or any(
-        f.get("kind") == "memory" for f in results.values())
+        f.get("kind") == "memory" for f in results.values()
+    )
     if report.infra_error:
         return "infra_error", False, report.infra_error
     if report.reason == "timeout":
@@ -171,16 +192,22 @@ def encode_inputs(task: CodeTask) -> list[Any]:
         try:
             encoded.append(wire.encode_value(case.call_args()))
         except wire.UnsupportedValue as exc:
-            raise TaskError(f"task {task.task_id}: test {i}'s input cannot be sent to the sandbox: {exc}; "
-                            "use plain data (None, bool, int, float, str, list, tuple, dict)") from None
+            raise TaskError(
+                f"task {task.task_id}: test {i}'s input cannot be sent to the sandbox: {exc}; "
+                "use plain data (None, bool, int, float, str, list, tuple, dict)"
+            ) from None
     return encoded
 
 
 class Verifier:
     """Grades solutions of code tasks in a sandbox backend, one by one or in parallel batches."""
 
-    def __init__(self, backend: SandboxBackend, config: SandboxConfig | None = None,
-                 reward_spec: CodeRewardSpec | None = None) -> None:
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        config: SandboxConfig | None = None,
+        reward_spec: CodeRewardSpec | None = None,
+    ) -> None:
         self.backend = backend
         self.config = config or SandboxConfig()
         self.reward_spec = reward_spec or CodeRewardSpec()
@@ -190,11 +217,18 @@ class Verifier:
         tests = task.all_tests
         size = len(source.encode("utf-8", "surrogatepass"))
         if size > self.config.max_source_bytes:
-            return self._refused(task, f"the source is {size:,} bytes; the limit is "
-                                       f"{self.config.max_source_bytes:,} (SandboxConfig.max_source_bytes)")
+            return self._refused(
+                task,
+                f"the source is {size:,} bytes; the limit is "
+                f"{self.config.max_source_bytes:,} (SandboxConfig.max_source_bytes)",
+            )
         request = ExecutionRequest(
-            source=source, entry_point=task.entry_point, inputs=encode_inputs(task),
-            limits=self.config.job_limits(task.time_limit_s), calls=[case.call for case, _ in tests])
+            source=source,
+            entry_point=task.entry_point,
+            inputs=encode_inputs(task),
+            limits=self.config.job_limits(task.time_limit_s),
+            calls=[case.call for case, _ in tests],
+        )
         report, retries = self.backend.execute(request), 0
         while report.infra_error and retries < self.config.retries:
             retries += 1
@@ -210,27 +244,56 @@ class Verifier:
         tests = task.all_tests
         n = len(tests)
         results = _results_by_index(report.frames, n)
-        outcomes = [_test_outcome(i, hidden, case, results.get(i), task.float_tolerance)
-                    for i, (case, hidden) in enumerate(tests)]
+        outcomes = [
+            _test_outcome(i, hidden, case, results.get(i), task.float_tolerance)
+            for i, (case, hidden) in enumerate(tests)
+        ]
         passed = sum(o.status == "passed" for o in outcomes)
         status, executed, message = classify(report, results, n, passed == n)
         if status == "infra_error":
             passed, outcomes = 0, [o.model_copy(update={"status": "failed", "message": ""}) for o in outcomes]
         pass_rate = passed / n
-        efficient = (passed > 0 and status in ("passed", "failed")
-                     and report.wall_s <= task.efficiency_budget_s)
-        reward = code_reward(executed=executed, pass_rate=pass_rate, efficient=efficient, spec=self.reward_spec)
+        efficient = (
+            passed > 0 and status in ("passed", "failed") and report.wall_s <= task.efficiency_budget_s
+        )
+        reward = code_reward(
+            executed=executed, pass_rate=pass_rate, efficient=efficient, spec=self.reward_spec
+        )
         return GradeResult(
-            task_id=task.task_id, status=status, passed=passed, total=n, pass_rate=pass_rate,
-            executed=executed, reward=reward.total, reward_components=reward.components,
-            runtime_s=round(report.wall_s, 6), tests=outcomes, message=message,
-            output=report.output[:2000], backend=self.backend.name, infra_retries=retries)
+            task_id=task.task_id,
+            status=status,
+            passed=passed,
+            total=n,
+            pass_rate=pass_rate,
+            executed=executed,
+            reward=reward.total,
+            reward_components=reward.components,
+            runtime_s=round(report.wall_s, 6),
+            tests=outcomes,
+            message=message,
+            output=report.output[:2000],
+            backend=self.backend.name,
+            infra_retries=retries,
+        )
 
     def _refused(self, task: CodeTask, message: str) -> GradeResult:
         n = len(task.all_tests)
-        outcomes = [TestOutcome(index=i, hidden=h, status="failed", message="" if h else "not run")
-                    for i, (_, h) in enumerate(task.all_tests)]
+        outcomes = [
+            TestOutcome(index=i, hidden=h, status="failed", message="" if h else "not run")
+            for i, (_, h) in enumerate(task.all_tests)
+        ]
         reward = code_reward(executed=False, pass_rate=0.0, efficient=False, spec=self.reward_spec)
-        return GradeResult(task_id=task.task_id, status="error", passed=0, total=n, pass_rate=0.0,
-                           executed=False, reward=reward.total, reward_components=reward.components,
-                           runtime_s=0.0, tests=outcomes, message=message, backend=self.backend.name)
+        return GradeResult(
+            task_id=task.task_id,
+            status="error",
+            passed=0,
+            total=n,
+            pass_rate=0.0,
+            executed=False,
+            reward=reward.total,
+            reward_components=reward.components,
+            runtime_s=0.0,
+            tests=outcomes,
+            message=message,
+            backend=self.backend.name,
+        )
