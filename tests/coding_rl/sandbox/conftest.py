@@ -163,6 +163,7 @@ def sandbox_processes() -> list[str]:
     warm_parents: set[int] = set()
     fork = _LIVE.get("forkserver")
     if fork is not None:
+        fork.sync()  # servers reply first and reap the finished job after: wait for that
         warm_parents = set(fork.server_pids())
     found, warm_seen = [], set()
     for pid in os.listdir("/proc"):
@@ -185,6 +186,7 @@ def sandbox_processes() -> list[str]:
 
 def _forkserver_leftovers(backend: Any) -> list[str]:
     """Job directories in each fork server's jail other than the (empty) one of its warm child."""
+    backend.sync()  # servers reply first and clean up after: wait for that
     out = []
     for server in list(getattr(backend, "_servers", {}).values()):
         if not server.alive():

@@ -180,6 +180,11 @@ class _ForkServer:
         wire.write_all(self.in_fd, wire.pack_frame(job))
         return read_frame_until(self.out_fd, time.monotonic() + float(job["limits"]["wall_s"]) + self.grace_s)
 
+    def ping(self) -> None:
+        """Round trip to the server: when it answers, every earlier job is fully cleaned up."""
+        wire.write_all(self.in_fd, wire.pack_frame({"op": "ping"}))
+        read_frame_until(self.out_fd, time.monotonic() + self.grace_s)
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
@@ -302,6 +307,22 @@ class ForkServerBackend:
                 return ExecutionReport(infra_error=f"fork server failed: {exc}")
             self._idle.put(server)
         return ExecutionReport.from_raw(raw)
+
+    def sync(self) -> None:
+        """Wait until every idle server has cleaned up after its last job (it replies first, then cleans)."""
+        held = []
+        with self._slots:
+            while True:
+                try:
+                    held.append(self._idle.get_nowait())
+                except queue.Empty:
+                    break
+            for server in held:
+                try:
+                    server.ping()
+                except (InfraError, OSError):
+                    pass
+                self._idle.put(server)
 
     def server_pids(self) -> list[int]:
         """Process ids of the warm servers (for tests that kill one)."""

@@ -286,6 +286,11 @@ def run_job(job: dict, out_fd: int = RESULT_FD) -> None:
                     "exc": _exc_name(exc),
                 }
             emit(out_fd, pack(frame))
+        for stream in (sys.stdout, sys.stderr):  # output first: the supervisor may stop reading at "done"
+            try:
+                stream.flush()
+            except BaseException:
+                pass
         emit(out_fd, pack({"e": "done"}))
     except BaseException:
         pass
@@ -503,28 +508,48 @@ def kill_uid(uid: int) -> bool:
 
 
 def supervise(
-    pid: int, result_r: int, out_r: int, limits: dict, started: float, max_frames: int | None = None
+    pid: int,
+    result_r: int,
+    out_r: int,
+    limits: dict,
+    started: float,
+    max_frames: int | None = None,
+    defer_reap: bool = False,
 ) -> dict:
     """Collect frames and output from child `pid` until it exits or breaks a limit; kill it if so.
 
     More than `max_frames` frames (a flood of tiny forged frames on fd 3) ends the job as output_limit.
-    The child is killed and reaped however this ends, an exception included.
+    The child is killed and reaped however this ends, an exception included. With `defer_reap`, a job
+    that reported "done" is returned at once, and `report["deferred"]` is True: the caller must then
+    kill and reap `pid` itself (`reap`) before the next job; the verdict no longer depends on the child.
     """
     deadline = started + float(limits["wall_s"])
     max_out = int(limits["max_output_bytes"])
     pidfd = os.pidfd_open(pid)
     try:
-        report = _collect(pidfd, result_r, out_r, deadline, max_out, max_frames, started)
-    finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _, status = os.waitpid(pid, 0)
-        os.close(pidfd)
+        report = _collect(pidfd, result_r, out_r, deadline, max_out, max_frames, started, defer_reap)
+    except BaseException:
+        reap(pid, pidfd)
+        raise
+    if report.pop("done_early", False):
+        report.update(exit_code=None, signal=None, deferred=True, pidfd=pidfd)
+        return report
+    status = reap(pid, pidfd)
     report["exit_code"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     report["signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     return report
+
+
+def reap(pid: int, pidfd: int) -> int:
+    """SIGKILL the child (the init of its PID namespace, if it has one: the kernel then kills the rest),
+    wait for it, and return its wait status."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _, status = os.waitpid(pid, 0)
+    os.close(pidfd)
+    return status
 
 
 def _collect(
@@ -535,12 +560,13 @@ def _collect(
     max_out: int,
     max_frames: int | None,
     started: float,
+    stop_on_done: bool = False,
 ) -> dict:
     poller = select.poll()
     for fd in (result_r, out_r, pidfd):
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     buf, frames, output = bytearray(), [], bytearray()
-    out_total, res_total, reason, exited = 0, 0, None, False
+    out_total, res_total, reason, exited, done_early = 0, 0, None, False, False
     open_fds = {result_r, out_r}
     while reason is None:
         remaining = deadline - time.monotonic()
@@ -554,8 +580,9 @@ def _collect(
             break  # the child is gone; descendants may hold the pipes, do not wait for them
         for fd, _ in events:
             if fd == pidfd:
-                exited = True
-                poller.unregister(pidfd)
+                if not exited:
+                    exited = True
+                    poller.unregister(pidfd)
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -565,9 +592,14 @@ def _collect(
             if fd == result_r:
                 res_total += len(chunk)
                 buf.extend(chunk)
-                frames.extend(split_frames(buf))
+                new = split_frames(buf)
+                frames.extend(new)
                 if res_total > MAX_FRAME or (max_frames is not None and len(frames) > max_frames):
                     reason = "output_limit"
+                elif stop_on_done and not exited and any(f.get("e") == "done" for f in new):
+                    done_early = True  # every result is in; drain what output is already there
+                    poller.unregister(pidfd)
+                    exited = True
             else:
                 out_total += len(chunk)
                 if len(output) < max_out:
@@ -580,6 +612,7 @@ def _collect(
         "output": output.decode("utf-8", "replace"),
         "output_bytes": out_total,
         "wall_s": time.monotonic() - started,
+        "done_early": done_early and reason is None,
     }
 
 
@@ -714,6 +747,8 @@ class Server:
         self.devnull = os.open("/dev/null", os.O_RDWR)
         self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if pidns else None
         self.counter = 0
+        self.pending: list[dict] = []  # finished children still to reap and clean (see tidy())
+        self.clean = True
         self.next: dict | None = None
         if not pidns and os.getuid() == 0:
             # Without a PID namespace, a job's orphans are adopted by the nearest subreaper, else by
@@ -762,6 +797,7 @@ class Server:
         self.next = {"pid": pid, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir}
 
     def execute(self, job: dict) -> dict:
+        self.tidy()
         self.prepare()
         child, self.next = self.next, None
         assert child is not None
@@ -773,6 +809,7 @@ class Server:
         os.close(child["job_w"])
         if self.prefork:
             self.prepare()  # the next child warms up on another core while this one runs
+        report: dict = {}
         try:
             report = supervise(
                 child["pid"],
@@ -781,18 +818,33 @@ class Server:
                 job["limits"],
                 started,
                 max_frames=2 * len(job.get("inputs") or ()) + 64,
+                defer_reap=self.pidns_fd is not None,
             )
         finally:
-            # with a PID namespace the kernel has already killed every descendant of the child
-            clean = True if self.pidns_fd is not None else kill_uid(self.uid)
-            if self.pidns_fd is None:
-                _reap_children()
-            os.close(child["result_r"])
-            os.close(child["out_r"])
-            remove_tree(child["dir"])
-        if not clean:
+            if report.pop("deferred", False):
+                # The verdict is complete: reply first, clean up before the next job (see tidy()).
+                self.pending.append({**child, "pidfd": report.pop("pidfd")})
+            else:
+                self._clean(child)
+        if not self.clean:
             report["infra_error"] = "processes of the sandbox uid survived the kill"
         return report
+
+    def _clean(self, child: dict) -> None:
+        # with a PID namespace the kernel has already killed every descendant of the child
+        self.clean = True if self.pidns_fd is not None else kill_uid(self.uid)
+        if self.pidns_fd is None:
+            _reap_children()
+        os.close(child["result_r"])
+        os.close(child["out_r"])
+        remove_tree(child["dir"])
+
+    def tidy(self) -> None:
+        """Kill, reap and remove what finished jobs left (runs after the reply, before the next job)."""
+        while self.pending:
+            child = self.pending.pop()
+            reap(child["pid"], child["pidfd"])
+            self._clean(child)
 
 
 def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
@@ -801,6 +853,7 @@ def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
         if job is None:
             return
         if type(job) is dict and job.get("op") == "ping":
+            server.tidy()  # a pong means every earlier job is fully cleaned up
             write_all(out_fd, pack_frame({"pong": True, "pid": os.getpid()}))
             continue
         try:
@@ -808,6 +861,7 @@ def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
         except Exception as exc:
             reply = {"infra_error": "server failed: " + repr(exc)[:300]}
         write_all(out_fd, pack_reply(reply))
+        server.tidy()
         if server.prefork:
             server.prepare()
 
@@ -859,6 +913,7 @@ def main(argv: list[str]) -> int:
             server.prepare()
         write_all(out_fd, pack_frame({"ready": True, "pid": os.getpid()}))
         _serve_stream(server, in_fd, out_fd)
+        server.tidy()
         return 0
     return _serve_socket(server, args.listen, args.idle_exit)
 
