@@ -25,6 +25,7 @@ import pytest
 
 from transferlab.coding_rl.sandbox.backends import ForkServerBackend, SandboxUnavailable, SubprocessBackend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.coding_rl.sandbox.sandbox_server import PREFORK_DEPTH
 from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask, task_from_dict
 
@@ -158,14 +159,15 @@ def _status_fields(pid: str) -> dict[str, str]:
 
 
 def sandbox_processes() -> list[str]:
-    """Live processes of this session's sandbox uids, except each fork server's one warm child."""
+    """Live processes of this session's sandbox uids, except each fork server's warm children."""
     lo, hi = UID_BASE, UID_BASE + 300
     warm_parents: set[int] = set()
     fork = _LIVE.get("forkserver")
     if fork is not None:
         fork.sync()  # servers reply first and reap the finished job after: wait for that
         warm_parents = set(fork.server_pids())
-    found, warm_seen = [], set()
+    found: list[str] = []
+    warm_seen: dict[int, int] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -177,15 +179,15 @@ def sandbox_processes() -> list[str]:
             continue
         if not lo <= uid < hi or state[:1] in ("Z", "X"):
             continue
-        if ppid in warm_parents and ppid not in warm_seen:
-            warm_seen.add(ppid)  # the child forked ahead for the next job
+        if ppid in warm_parents and warm_seen.get(ppid, 0) < PREFORK_DEPTH:
+            warm_seen[ppid] = warm_seen.get(ppid, 0) + 1  # a child forked ahead for a next job
             continue
         found.append(f"pid {pid} uid {uid} ppid {ppid} {state} {st.get('Name', '?').strip()}")
     return found
 
 
 def _forkserver_leftovers(backend: Any) -> list[str]:
-    """Job directories in each fork server's jail other than the (empty) one of its warm child."""
+    """Job directories in each fork server's jail other than the (empty) ones of its warm children."""
     backend.sync()  # servers reply first and clean up after: wait for that
     out = []
     for server in list(getattr(backend, "_servers", {}).values()):
@@ -196,7 +198,7 @@ def _forkserver_leftovers(backend: Any) -> list[str]:
             entries = sorted(work.iterdir())
         except OSError:
             continue
-        if len(entries) > 1:
+        if len(entries) > PREFORK_DEPTH:
             out.append(f"jail {work}: {[e.name for e in entries]}")
         for entry in entries:
             inner = list(entry.iterdir()) if entry.is_dir() else [entry]

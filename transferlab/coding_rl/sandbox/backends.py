@@ -13,6 +13,7 @@ them ever sees an expected value. Grading happens in :mod:`transferlab.coding_rl
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -318,10 +319,8 @@ class ForkServerBackend:
                 except queue.Empty:
                     break
             for server in held:
-                try:
+                with contextlib.suppress(InfraError, OSError):
                     server.ping()
-                except (InfraError, OSError):
-                    pass
                 self._idle.put(server)
 
     def server_pids(self) -> list[int]:

@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 MAX_FRAME = 64 * 1024 * 1024
+PREFORK_DEPTH = 2  # warm children a fork server keeps ready (two keep back-to-back jobs off the fork)
 RESULT_FD = 3
 _LEN = struct.Struct(">I")
 
@@ -749,7 +750,8 @@ class Server:
         self.counter = 0
         self.pending: list[dict] = []  # finished children still to reap and clean (see tidy())
         self.clean = True
-        self.next: dict | None = None
+        self.ready: list[dict] = []  # children forked ahead, warmed up, waiting for a job
+        self.depth = PREFORK_DEPTH if self.prefork else 1
         if not pidns and os.getuid() == 0:
             # Without a PID namespace, a job's orphans are adopted by the nearest subreaper, else by
             # PID 1, which may never reap them (a container's PID 1 is this server; some hosts' PID 1
@@ -763,8 +765,12 @@ class Server:
                 libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
     def prepare(self) -> None:
-        """Fork the child for the next job now, so its start-up is off the critical path."""
-        if self.next is not None:
+        """Fork children for the next jobs now (up to `depth`), so their start-up is off the critical path.
+
+        Each waits in its own PID namespace, invisible to the running job even though it has the
+        same uid, and its job directory has an unguessable name in a directory jobs cannot list.
+        """
+        if len(self.ready) >= self.depth:
             return
         self.counter += 1
         # unguessable: the running job (same uid) must not find the next job's directory
@@ -794,13 +800,12 @@ class Server:
             )
         for fd in (result_w, out_w, job_r):
             os.close(fd)
-        self.next = {"pid": pid, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir}
+        self.ready.append({"pid": pid, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir})
 
     def execute(self, job: dict) -> dict:
         self.tidy()
         self.prepare()
-        child, self.next = self.next, None
-        assert child is not None
+        child = self.ready.pop(0)
         started = time.monotonic()
         try:
             write_all(child["job_w"], pack_frame(job))
