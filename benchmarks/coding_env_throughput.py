@@ -19,11 +19,21 @@ from transferlab.coding_rl.tasks.repo_task import RepoTask, load_corpus
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
 
 
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies over all cores, from /proc/stat."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def measure(tasks: list[RepoTask], agent: str, episodes: int, workers: int) -> dict[str, float]:
     sandbox = open_sandbox("forkserver", workers)
     try:
         run_batched(tasks, agent, min(episodes, 2 * workers), workers, sandbox)  # warm the sandboxes
+        busy0, total0 = cpu_times()
         _, s = run_batched(tasks, agent, episodes, workers, sandbox)
+        busy1, total1 = cpu_times()
     finally:
         sandbox.close()
     return {
@@ -32,6 +42,7 @@ def measure(tasks: list[RepoTask], agent: str, episodes: int, workers: int) -> d
         "steps_per_s": s.steps_per_s,
         "sandbox_share": s.sandbox_share,
         "success_rate": s.success_rate,
+        "cpu_busy": (busy1 - busy0) / max(1, total1 - total0),
     }
 
 
@@ -46,12 +57,14 @@ def main() -> int:
     cores = os.cpu_count() or 1
     rows = [measure(tasks, args.agent, args.episodes, w) for w in sorted({1, cores})]
     print(f"agent {args.agent}, {len(tasks)} tasks, {args.episodes} episodes per row, {cores} cores\n")
-    print("| workers | episodes/s | env steps/s | sandbox share of step time | success |")
-    print("|---:|---:|---:|---:|---:|")
+    print(
+        "| workers | episodes/s | env steps/s | sandbox share of step time | CPU busy (all cores) | success |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['workers']} | {r['episodes_per_s']:.1f} | {r['steps_per_s']:.1f} | "
-            f"{r['sandbox_share']:.0%} | {r['success_rate']:.0%} |"
+            f"{r['sandbox_share']:.0%} | {r['cpu_busy']:.0%} | {r['success_rate']:.0%} |"
         )
     if len(rows) > 1:
         print(
