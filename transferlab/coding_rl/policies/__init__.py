@@ -1,0 +1,71 @@
+"""Policies for the coding agent: a tiny causal LM made here, or any local Hugging Face causal LM.
+
+* :mod:`.tokenizer`: a byte-level BPE tokenizer trained locally on the task corpus and the tool-call
+  language (:func:`train_tokenizer`, :func:`corpus_texts`), its chat format and exact-id helpers;
+* :mod:`.model`: :class:`TinyPolicyConfig` (a small Llama / GPT-2 from scratch), :func:`load_policy`
+  (any causal LM from a local directory; nothing is downloaded) and :func:`save_policy`;
+* :mod:`.generation`: :func:`generate` (batched sampling with the KV cache, per-token log-probs, exact
+  sampled ids) and :func:`sequence_logprobs` (teacher-forced log-probs for the trainers).
+
+Torch and transformers are imported lazily, inside the functions that need them.
+"""
+
+from transferlab.coding_rl.policies.generation import (
+    Sample,
+    SamplingConfig,
+    StopReason,
+    generate,
+    sequence_logprobs,
+    stop_token_ids,
+)
+from transferlab.coding_rl.policies.model import (
+    TINY_PARAM_RANGE,
+    PolicyNotFoundError,
+    TinyPolicyConfig,
+    count_parameters,
+    load_policy,
+    save_policy,
+)
+from transferlab.coding_rl.policies.tokenizer import (
+    BOS,
+    CHAT_TEMPLATE,
+    EOS,
+    IM_END,
+    IM_START,
+    PAD,
+    ROLES,
+    SPECIAL_TOKENS,
+    corpus_texts,
+    encode_chat,
+    observation_ids,
+    synthetic_tool_calls,
+    train_tokenizer,
+)
+
+__all__ = [
+    "BOS",
+    "CHAT_TEMPLATE",
+    "EOS",
+    "IM_END",
+    "IM_START",
+    "PAD",
+    "ROLES",
+    "SPECIAL_TOKENS",
+    "TINY_PARAM_RANGE",
+    "PolicyNotFoundError",
+    "Sample",
+    "SamplingConfig",
+    "StopReason",
+    "TinyPolicyConfig",
+    "corpus_texts",
+    "count_parameters",
+    "encode_chat",
+    "generate",
+    "load_policy",
+    "observation_ids",
+    "save_policy",
+    "sequence_logprobs",
+    "stop_token_ids",
+    "synthetic_tool_calls",
+    "train_tokenizer",
+]
