@@ -104,6 +104,16 @@ def test_demo_summary_and_output(demo_run: tuple[DemoResult, str]) -> None:
         assert label in output
 
 
+def test_demo_trains_a_policy(demo_run: tuple[DemoResult, str]) -> None:
+    result, output = demo_run
+    training = result.summaries["coding: a tiny policy trained with SFT then GRPO"]
+    assert training["held_out_success_untrained"] == 0.0  # random weights write no valid code
+    assert training["held_out_success_sft"] > training["held_out_success_untrained"]
+    assert "held_out_success_sft_grpo" in training and "held-out success" in output
+    keys = set(read_metrics(result.run_dir / "metrics.parquet")["key"])
+    assert {"sft/loss", "rollout/reward", "loss/policy", "train/frac_reward_zero_std"} <= keys
+
+
 def test_demo_runs_the_agents(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     agents = result.summaries["coding: scripted agents in CodeRepair-v0"]
@@ -170,6 +180,7 @@ def test_the_default_sections() -> None:
     assert [s.title for s in SECTIONS] == [
         "coding: seed tasks in the sandbox",
         "coding: scripted agents in CodeRepair-v0",
+        "coding: a tiny policy trained with SFT then GRPO",
     ]
 
 

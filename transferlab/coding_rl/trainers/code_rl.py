@@ -1,0 +1,284 @@
+"""Single-step code RL: prompt = description + signature, completion = the function body.
+
+Two loops, each readable top to bottom (cleanrl style):
+
+- :func:`train_sft` — supervised fine-tuning on demonstration bodies, loss only on completion tokens;
+- :func:`train_grpo` — G completions per task, the sandbox grades them (seed 000's reward), group-
+  relative advantages, clipped objective with separate low/high clip, optional KL to a frozen reference.
+
+I/O is injected: a metrics logger, and optionally a run directory for checkpoints. The math lives in
+:mod:`transferlab.coding_rl.trainers.losses`.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate, sequence_logprobs
+from transferlab.coding_rl.policies.tokenizer import encode_chat
+from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
+from transferlab.coding_rl.tasks.code_task import CodeTask
+from transferlab.coding_rl.trainers.losses import group_advantages, group_weights, grpo_loss, sft_loss
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.metrics import MetricsLogger
+
+
+def code_prompt_ids(tokenizer: Any, task: CodeTask) -> list[int]:
+    """The prompt: the description and signature as a user turn, then the assistant's turn opens."""
+    content = f"{task.task_description}\n{task.function_signature}"
+    return encode_chat(tokenizer, [{"role": "user", "content": content}], add_generation_prompt=True)
+
+
+def candidate_source(task: CodeTask, body: str) -> str:
+    """What the sandbox runs: the signature followed by the policy's body."""
+    return f"{task.function_signature}\n{body.rstrip()}\n"
+
+
+@dataclass
+class Batch:
+    """Prompt + completion ids, right-padded, with the completion mask and the sampled log-probs."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+
+
+def pack(
+    prompts: Sequence[list[int]],
+    completions: Sequence[list[int]],
+    logprobs: Sequence[list[float]] | None,
+    pad_id: int,
+) -> Batch:
+    """Concatenate each prompt with its exact sampled ids; mask 1 only on completion positions."""
+    seqs = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    mask = torch.zeros(ids.shape, dtype=torch.bool)
+    old = torch.zeros(ids.shape, dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        n = len(p) + len(c)
+        ids[i, :n] = torch.tensor(list(p) + list(c))
+        attn[i, :n] = 1
+        mask[i, len(p) : n] = True
+        if logprobs is not None:
+            old[i, len(p) : n] = torch.tensor(logprobs[i], dtype=torch.float32)
+    return Batch(ids, attn, mask, old)
+
+
+# --------------------------------------------------------------------------------------------------- SFT
+
+
+class SFTConfig(BaseConfig):
+    """Supervised fine-tuning on demonstration completions."""
+
+    steps: int = Field(default=200, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(default=16, ge=1, description="Demonstrations per step.")
+    lr: float = Field(default=3e-3, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
+    seed: int = Field(default=0, ge=0, description="Seeds batch sampling.")
+
+
+def train_sft(
+    model: Any,
+    tokenizer: Any,
+    demos: Sequence[tuple[CodeTask, str]],
+    config: SFTConfig,
+    logger: MetricsLogger | None = None,
+    step_offset: int = 0,
+) -> list[float]:
+    """SFT on (task, body) pairs; the loss counts only the body's tokens (and the closing <|im_end|>)."""
+    rng = random.Random(config.seed)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    encoded = [
+        (code_prompt_ids(tokenizer, t), [*tokenizer.encode(body, add_special_tokens=False), end])
+        for t, body in demos
+    ]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    model.train()
+    losses = []
+    for step in range(config.steps):
+        chosen = [encoded[rng.randrange(len(encoded))] for _ in range(config.batch_size)]
+        batch = pack([p for p, _ in chosen], [c for _, c in chosen], None, tokenizer.pad_token_id)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        terms = sft_loss(logits, batch.input_ids, batch.completion_mask)
+        optimizer.zero_grad()
+        terms.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        losses.append(terms.loss.item())
+        if logger is not None:
+            logger.log(step_offset + step, {"sft/loss": losses[-1], "sft/grad_norm": grad_norm.item()})
+    model.eval()
+    return losses
+
+
+# -------------------------------------------------------------------------------------------------- GRPO
+
+
+class GRPOConfig(BaseConfig):
+    """Group-relative policy optimisation for single-step code RL."""
+
+    steps: int = Field(default=50, ge=1, description="Training iterations (sample, grade, update).")
+    tasks_per_step: int = Field(default=8, ge=1, description="Distinct tasks per iteration.")
+    group_size: int = Field(default=4, ge=2, description="Completions sampled per task (G).")
+    epochs: int = Field(default=1, ge=1, description="Optimizer passes over each batch of rollouts.")
+    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate.")
+    clip_low: float = Field(default=0.2, ge=0, description="Ratio clip below 1 (epsilon_low).")
+    clip_high: float = Field(default=0.28, ge=0, description="Ratio clip above 1 (epsilon_high; clip-high).")
+    kl_coef: float = Field(
+        default=0.0, ge=0, description="Weight of the KL to the frozen reference; 0 = none."
+    )
+    kl_kind: Literal["k1", "k2", "k3"] = Field(default="k3", description="KL estimator.")
+    scale_by_std: bool = Field(default=True, description="Divide group advantages by the group std.")
+    leave_one_out: bool = Field(default=False, description="Baseline = mean of the other G-1 rewards.")
+    zero_std: Literal["drop", "keep"] | float = Field(
+        default="drop", description="Groups whose rewards are all equal: drop, keep, or a weight."
+    )
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    max_new_tokens: int = Field(default=24, ge=1, description="Completion length limit.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
+    success_reward: float = Field(
+        default=12.0,
+        description="Reward at or above which a rollout counts as a success (12 = seed 000's "
+        "reward when every test passes within the efficiency budget).",
+    )
+    seed: int = Field(default=0, ge=0, description="Seeds task sampling and generation.")
+
+
+RewardFn = Callable[[Sequence[CodeTask], Sequence[Sample]], list[float]]
+
+
+def sandbox_reward(verifier: Verifier) -> RewardFn:
+    """Seed 000's code reward from the sandbox, for each (task, completion)."""
+
+    def reward(tasks: Sequence[CodeTask], samples: Sequence[Sample]) -> list[float]:
+        grades: list[GradeResult] = verifier.grade_many(
+            [(t, candidate_source(t, s.text)) for t, s in zip(tasks, samples, strict=True)]
+        )
+        return [g.reward for g in grades]
+
+    return reward
+
+
+def train_grpo(
+    model: Any,
+    tokenizer: Any,
+    tasks: Sequence[CodeTask],
+    reward_fn: RewardFn,
+    config: GRPOConfig,
+    logger: MetricsLogger | None = None,
+    step_offset: int = 0,
+    checkpoint: Callable[[int], None] | None = None,
+) -> list[dict[str, float]]:
+    """GRPO: sample G bodies per task, grade them, update on group-relative advantages."""
+    rng = random.Random(config.seed)
+    reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    history = []
+    for step in range(config.steps):
+        t0 = time.perf_counter()
+        # 1. rollouts: G samples per task, the exact sampled ids and their log-probs kept
+        chosen = [tasks[rng.randrange(len(tasks))] for _ in range(config.tasks_per_step)]
+        flat = [t for t in chosen for _ in range(config.group_size)]
+        prompts = [code_prompt_ids(tokenizer, t) for t in flat]
+        sampling = SamplingConfig(
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
+            seed=config.seed * 1_000_003 + step * 9973,
+        )
+        samples = generate(model, tokenizer, prompts, sampling)
+        t_gen = time.perf_counter()
+        # 2. rewards from the sandbox
+        rewards = torch.tensor(reward_fn(flat, samples), dtype=torch.float32)
+        t_reward = time.perf_counter()
+        # 3. group-relative advantages; flat groups dropped or down-weighted
+        adv = group_advantages(
+            rewards, config.group_size, scale_by_std=config.scale_by_std, leave_one_out=config.leave_one_out
+        )
+        weights = group_weights(adv.zero_std_groups, config.group_size, config.zero_std)
+        batch = pack(
+            prompts,
+            [s.completion_ids for s in samples],
+            [s.logprobs for s in samples],
+            tokenizer.pad_token_id,
+        )
+        ref_logp = None
+        if reference is not None:
+            with torch.no_grad():
+                ref_logp = sequence_logprobs(
+                    reference, batch.input_ids, batch.attention_mask, batch.completion_mask
+                )
+        # 4. clipped policy-gradient update (loss only on completion tokens)
+        model.train()
+        for _ in range(config.epochs):
+            logp = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_mask)
+            terms = grpo_loss(
+                logp,
+                batch.old_logprobs,
+                ref_logp,
+                adv.advantages,
+                batch.completion_mask,
+                kl_coef=config.kl_coef,
+                clip_low=config.clip_low,
+                clip_high=config.clip_high,
+                kl_kind=config.kl_kind,
+                seq_weights=weights,
+            )
+            optimizer.zero_grad()
+            terms.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+        model.eval()
+        t_end = time.perf_counter()
+        tokens = int(batch.completion_mask.sum())
+        metrics = {
+            "rollout/reward": float(rewards.mean()),
+            "rollout/success_rate": float((rewards >= config.success_reward).float().mean()),
+            "loss/policy": terms.policy_loss.item(),
+            "kl/ref": terms.kl.item(),
+            "train/clip_frac": terms.clip_frac.item(),
+            "train/frac_reward_zero_std": float(adv.frac_zero_std),
+            "time/tokens_per_s": tokens / max(t_end - t0, 1e-9),
+            "time/generation_s": t_gen - t0,
+            "time/sandbox_s": t_reward - t_gen,
+            "time/update_s": t_end - t_reward,
+        }
+        history.append(metrics)
+        if logger is not None:
+            logger.log(step_offset + step, metrics)
+        if checkpoint is not None:
+            checkpoint(step_offset + step)
+    return history
+
+
+def evaluate(
+    model: Any, tokenizer: Any, tasks: Sequence[CodeTask], verifier: Verifier, max_new_tokens: int = 24
+) -> float:
+    """Greedy success rate: the share of tasks whose body passes every test (hidden included)."""
+    prompts = [code_prompt_ids(tokenizer, t) for t in tasks]
+    samples = generate(
+        model, tokenizer, prompts, SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens)
+    )
+    grades = verifier.grade_many(
+        [(t, candidate_source(t, s.text)) for t, s in zip(tasks, samples, strict=True)]
+    )
+    return sum(g.status == "passed" for g in grades) / len(tasks)
+
+
+def save_checkpoint(model: Any, tokenizer: Any, directory: Path) -> None:
+    """Model + tokenizer in Hugging Face format (loadable with `load_policy`)."""
+    from transferlab.coding_rl.policies.model import save_policy
+
+    save_policy(model, tokenizer, directory)
