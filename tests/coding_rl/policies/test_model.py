@@ -57,7 +57,7 @@ def test_config_is_validated(tok: PreTrainedTokenizerFast) -> None:
     with pytest.raises(ConfigError, match="not a multiple of n_head"):
         TinyPolicyConfig(d_model=100, n_head=3)
     with pytest.raises(ConfigError, match="architecture"):
-        TinyPolicyConfig(architecture="mamba")  # type: ignore[arg-type]
+        TinyPolicyConfig(architecture="mamba")
     with pytest.raises(ValueError, match="smaller than the tokenizer"):
         TinyPolicyConfig(vocab_size=300).create(tok)
     assert all(row[3] for row in TinyPolicyConfig.help_table())  # every field has help text
@@ -83,7 +83,7 @@ def test_save_and_load_back(tok: PreTrainedTokenizerFast, tmp_path: Path, archit
 def test_load_policy_errors_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(PolicyNotFoundError, match=r"does not exist\. fix: pass a local directory"):
         load_policy(tmp_path / "missing")
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match=r"no config\.json"):
         load_policy(tmp_path)
     (tmp_path / "file.bin").write_bytes(b"")
     with pytest.raises(PolicyNotFoundError, match="is a file"):

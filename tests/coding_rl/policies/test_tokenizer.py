@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -80,7 +81,9 @@ def test_tool_calls_compress(tok: PreTrainedTokenizerFast, tasks: list[RepoTask]
     n_bytes = sum(len(c.encode()) for c in calls)
     n_tokens = sum(len(tok.encode(c, add_special_tokens=False)) for c in calls)
     assert n_tokens < n_bytes / 3
-    assert len(tok.encode('{"action": "submit"}', add_special_tokens=False)) <= 4
+    for name in TOOLS:  # every tool name is a single token
+        assert len(tok.encode(name, add_special_tokens=False)) == 1, name
+    assert len(tok.encode('{"action": "submit"}', add_special_tokens=False)) <= 6
 
 
 def test_training_is_deterministic(texts: list[str], tok: PreTrainedTokenizerFast) -> None:
@@ -115,9 +118,9 @@ def test_chat_ids_match_the_template(tok: PreTrainedTokenizerFast, tasks: list[R
         {"role": "tool", "content": "=== tests/x.py ===\n def test_0(): ..."},
     ]
     ids = encode_chat(tok, messages)
-    rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    rendered: Any = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     assert ids == list(rendered["input_ids"])
-    text = tok.decode(ids, skip_special_tokens=False)
+    text = str(tok.decode(ids, skip_special_tokens=False))
     assert text.startswith("<|bos|><|im_start|>system\nYou fix bugs.<|im_end|>\n<|im_start|>user\n")
     assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
     with pytest.raises(ValueError, match="unknown chat role"):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import Field
 
@@ -61,7 +61,9 @@ class SamplingConfig(BaseConfig):
         description="Nucleus sampling: keep the smallest set of tokens with this much probability; 1 = off.",
     )
     top_k: int = Field(default=0, ge=0, description="Keep only the k most likely tokens; 0 = off.")
-    max_new_tokens: int = Field(default=256, ge=1, le=1_000_000, description="Tokens to sample at most per row.")
+    max_new_tokens: int = Field(
+        default=256, ge=1, le=1_000_000, description="Tokens to sample at most per row."
+    )
     stop_token_ids: list[int] = Field(
         default_factory=list, description="Extra token ids that end a completion (the id is kept)."
     )
@@ -73,7 +75,9 @@ class SamplingConfig(BaseConfig):
     stop_at_eos: bool = Field(
         default=True, description="Also stop on the tokenizer's eos token and on <|im_end|> (if it has one)."
     )
-    seed: int = Field(default=0, ge=0, description="Row i of a batch samples with a generator seeded seed + i.")
+    seed: int = Field(
+        default=0, ge=0, description="Row i of a batch samples with a generator seeded seed + i."
+    )
 
 
 @dataclass
@@ -102,8 +106,9 @@ def stop_token_ids(tokenizer: PreTrainedTokenizerBase, cfg: SamplingConfig) -> s
     if cfg.stop_at_eos:
         if tokenizer.eos_token_id is not None:
             stops.add(int(tokenizer.eos_token_id))
-        if IM_END in tokenizer.get_vocab():
-            stops.add(int(tokenizer.convert_tokens_to_ids(IM_END)))
+        im_end = tokenizer.get_vocab().get(IM_END)
+        if im_end is not None:
+            stops.add(int(im_end))
     return stops
 
 
@@ -176,18 +181,20 @@ class _Row:
         return self.reason is None
 
 
-def _stop_string_hit(tokenizer: PreTrainedTokenizerBase, ids: list[int], stops: list[str], window: int) -> bool:
+def _stop_string_hit(
+    tokenizer: PreTrainedTokenizerBase, ids: list[int], stops: list[str], window: int
+) -> bool:
     tail = tokenizer.decode(ids[-window:], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     return any(s in tail for s in stops)
 
 
 def _text(tokenizer: PreTrainedTokenizerBase, row: _Row, stop_strings: list[str]) -> str:
     ids = row.ids[:-1] if row.reason == "stop_token" else row.ids
-    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    text = str(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
     if row.reason == "stop_string":
         cut = min((i for i in (text.find(s) for s in stop_strings) if i >= 0), default=len(text))
         text = text[:cut]
-    return str(text)
+    return text
 
 
 def generate(
@@ -207,7 +214,7 @@ def generate(
 
     cfg = cfg if cfg is not None else SamplingConfig()
     device = next(model.parameters()).device
-    vocab = int(model.get_input_embeddings().num_embeddings)
+    vocab = int(cast("torch.nn.Embedding", model.get_input_embeddings()).num_embeddings)
     _check_prompts(prompt_ids, vocab)
     prompts = [[int(t) for t in p] for p in prompt_ids]
     stops = stop_token_ids(tokenizer, cfg)
@@ -240,7 +247,9 @@ def generate(
     model.eval()
     try:
         with torch.inference_mode():
-            out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **keep)
+            out = model(
+                input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **keep
+            )
             for _ in range(max(r.limit for r in rows)):
                 logits = out.logits[:, -1, :].float()
                 next_ids = _sample_step(logits, rows, cfg)
@@ -285,29 +294,37 @@ def generate(
 
 
 def _sample_step(logits: torch.Tensor, rows: list[_Row], cfg: SamplingConfig) -> torch.Tensor:
-    """Pick one id per active row (appending id and log-probs to the row); returns ids on the CPU."""
+    """Pick one id per active row (appending id and log-probs to the row); returns the ids on the CPU.
+
+    The work stays on the logits' device; only the uniforms (drawn on the CPU from each row's
+    generator) go in and ``3 x batch`` numbers come out.
+    """
     import torch
 
-    logp = torch.log_softmax(logits, dim=-1).cpu()
+    logp = torch.log_softmax(logits, dim=-1)
     if cfg.temperature == 0.0:
-        chosen = logits.argmax(-1).cpu()
-        slogp = None
+        chosen = logits.argmax(-1)
+        sampling_lp = torch.zeros_like(chosen, dtype=logp.dtype)
     else:
-        slogp = torch.log_softmax(_filter_logits(logits, cfg), dim=-1).cpu()
-        cdf = slogp.double().exp().cumsum(-1)
+        slogp = torch.log_softmax(_filter_logits(logits, cfg), dim=-1)
+        wide = torch.float32 if logits.device.type == "mps" else torch.float64  # mps has no float64
+        cdf = slogp.to(wide).exp().cumsum(-1)
         u = torch.zeros(len(rows), 1, dtype=torch.float64)
         for i, row in enumerate(rows):
             if row.active:
                 u[i, 0] = torch.rand((), generator=row.gen, dtype=torch.float64)
+        u = u.to(device=cdf.device, dtype=wide)
         chosen = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
         chosen = chosen.clamp(max=cdf.shape[-1] - 1)
+        sampling_lp = slogp.gather(-1, chosen[:, None]).squeeze(-1)
+    policy_lp = logp.gather(-1, chosen[:, None]).squeeze(-1)
+    ids, lps, slps = chosen.cpu().tolist(), policy_lp.cpu().tolist(), sampling_lp.cpu().tolist()
     for i, row in enumerate(rows):
         if row.active:
-            tok = int(chosen[i])
-            row.ids.append(tok)
-            row.logprobs.append(float(logp[i, tok]))
-            row.sampling_logprobs.append(0.0 if slogp is None else float(slogp[i, tok]))
-    return chosen.clone()
+            row.ids.append(int(ids[i]))
+            row.logprobs.append(float(lps[i]))
+            row.sampling_logprobs.append(float(slps[i]))
+    return torch.tensor(ids, dtype=torch.long)
 
 
 def sequence_logprobs(

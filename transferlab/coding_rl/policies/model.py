@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, Self
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, cast
 
 from pydantic import Field, model_validator
 
@@ -53,9 +53,7 @@ class TinyPolicyConfig(BaseConfig):
     n_layer: int = Field(default=4, ge=1, le=64, description="Number of transformer blocks.")
     n_head: int = Field(default=4, ge=1, le=64, description="Attention heads; must divide d_model.")
     d_model: int = Field(default=128, ge=8, le=8192, description="Hidden width (embedding size).")
-    d_ff: int | None = Field(
-        default=None, ge=8, description="MLP inner width; None means 4 * d_model."
-    )
+    d_ff: int | None = Field(default=None, ge=8, description="MLP inner width; None means 4 * d_model.")
     max_positions: int = Field(
         default=2048,
         ge=16,
@@ -218,7 +216,7 @@ def load_policy(
         raise _not_found(path, f"its model weights cannot be loaded ({exc})") from None
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device)
+    cast(Any, model).to(device)  # (transformers' typing of .to confuses mypy)
     model.eval()
     return model, tokenizer
 

@@ -7,8 +7,10 @@ calls and synthetic calls of all six tools) and wraps it as a
 ``from_pretrained`` like any Hugging Face tokenizer.
 
 **Byte level.** Every string encodes (no unknown token) and ``decode(encode(text)) == text`` exactly
-(no normaliser, no prefix space, no clean-up of spaces). Training is deterministic: the same texts
-give the same vocabulary and merges.
+(no normaliser, no prefix space, no clean-up of spaces). Text is split before BPE by
+:data:`PRETOKENIZE_PATTERN` (GPT-2's split, but ``read_file`` or ``test_calculator`` stay one piece),
+so every tool name is a single token. Training is deterministic: the same texts give the same
+vocabulary and merges (checked across processes).
 
 **Special tokens** (ids ``0..4``, in this order): ``<|pad|>`` (padding, never trained on),
 ``<|bos|>``, ``<|eos|>``, ``<|im_start|>`` and ``<|im_end|>`` (chat turns). The tokenizer does not
@@ -167,7 +169,9 @@ def synthetic_tool_calls(task: RepoTask, rng: random.Random) -> list[str]:
     calls.append(call("run_tests", target="all"))
     for test_file in tests:
         calls.append(call("run_tests", target=test_file))
-        calls.append(call("run_tests", target=f"{test_file}::test_{rng.randrange(max(1, len(task.dev_tests)))}"))
+        calls.append(
+            call("run_tests", target=f"{test_file}::test_{rng.randrange(max(1, len(task.dev_tests)))}")
+        )
     calls.append(call("submit"))
     covered = {json.loads(c)["action"] for c in calls}
     missing = set(TOOLS) - covered
@@ -251,8 +255,8 @@ def encode_chat(
 
     Each message is ``{"role": ..., "content": ...}``; each turn (``"{role}\\n{content}"``) is encoded on
     its own, so the ids of a turn never depend on the turns around it; the result equals
-    ``tokenizer.apply_chat_template(messages, add_generation_prompt=...)`` token for token. With ``add_generation_prompt`` the ids end with
-    ``<|im_start|>assistant\\n``.
+    ``tokenizer.apply_chat_template(messages, add_generation_prompt=...)`` token for token. With
+    ``add_generation_prompt`` the ids end with ``<|im_start|>assistant\\n``.
     """
     ids = [_special_id(tokenizer, BOS)]
     for message in messages:
