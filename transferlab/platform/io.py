@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,3 +94,38 @@ def atomic_write_parquet(path: str | os.PathLike[str], df: pd.DataFrame) -> Path
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+class AtomicRewriter:
+    """Keeps everything in memory and rewrites one file atomically with all of it.
+
+    For writers that append (metrics rows, trajectories) but must never leave a partial file: a
+    subclass appends under ``self._lock``, calls :meth:`_note_added` (which says whether
+    ``flush_every`` additions are pending), and implements :meth:`_payload` (the whole file's bytes).
+    """
+
+    def _init_rewriter(self, path: str | os.PathLike[str], flush_every: int) -> None:
+        if flush_every < 1:
+            raise ValueError(f"flush_every must be >= 1, got {flush_every}")
+        self.path = Path(path)
+        self.flush_every = flush_every
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._dirty = False
+
+    def _payload(self) -> bytes:
+        raise NotImplementedError
+
+    def _note_added(self, changed: bool) -> bool:
+        """Record one addition (call under ``self._lock``); True when a flush is due."""
+        self._dirty = self._dirty or changed
+        self._pending += 1
+        return self._pending >= self.flush_every
+
+    def flush(self) -> None:
+        """Atomically rewrite the file with everything so far (creates it, possibly empty, if missing)."""
+        with self._lock:
+            if self._dirty or not self.path.exists():
+                atomic_write_bytes(self.path, self._payload())
+                self._dirty = False
+            self._pending = 0

@@ -12,13 +12,13 @@ Keys are namespaced ``namespace/name`` (see ``docs/metrics.md``); a malformed ke
 
 from __future__ import annotations
 
+import io
 import math
 import numbers
 import operator
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import Protocol, Self, TextIO, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from transferlab.platform.io import atomic_write_parquet
+from transferlab.platform.io import AtomicRewriter
 
 __all__ = [
     "COLUMNS",
@@ -167,7 +167,7 @@ def _normalise(df: pd.DataFrame, source: object) -> pd.DataFrame:
     )
 
 
-class ParquetLogger(_LoggerBase):
+class ParquetLogger(AtomicRewriter, _LoggerBase):
     """Buffered logger writing a long-format Parquet file.
 
     Every ``flush_every`` calls to :meth:`log` (and on :meth:`flush` / :meth:`close`) the whole file
@@ -176,17 +176,11 @@ class ParquetLogger(_LoggerBase):
     """
 
     def __init__(self, path: str | os.PathLike[str], flush_every: int = 100) -> None:
-        if flush_every < 1:
-            raise ValueError(f"flush_every must be >= 1, got {flush_every}")
-        self.path = Path(path)
-        self.flush_every = flush_every
-        self._lock = threading.Lock()
+        self._init_rewriter(path, flush_every)
         self._steps: list[int] = []
         self._keys: list[str] = []
         self._values: list[float] = []
         self._times: list[float] = []
-        self._calls_since_flush = 0
-        self._dirty = False
         if self.path.exists():
             existing = read_metrics(self.path)
             self._steps = existing["step"].tolist()
@@ -211,22 +205,15 @@ class ParquetLogger(_LoggerBase):
                 self._keys.append(key)
                 self._values.append(value)
                 self._times.append(now)
-            self._dirty = self._dirty or bool(clean)
-            self._calls_since_flush += 1
-            due = self._calls_since_flush >= self.flush_every
+            due = self._note_added(bool(clean))
         if due:
             self.flush()
 
-    def flush(self) -> None:
-        """Atomically rewrite the file with every row so far (creates an empty table if none yet)."""
-        with self._lock:
-            if not self._dirty and self.path.exists():
-                self._calls_since_flush = 0
-                return
-            df = _frame(self._steps, self._keys, self._values, self._times)
-            atomic_write_parquet(self.path, df)
-            self._dirty = False
-            self._calls_since_flush = 0
+    def _payload(self) -> bytes:
+        """Every row so far as a Parquet file (an empty table with the columns if none yet)."""
+        buffer = io.BytesIO()
+        _frame(self._steps, self._keys, self._values, self._times).to_parquet(buffer, index=False)
+        return buffer.getvalue()
 
     def close(self) -> None:
         """Flush and mark closed (idempotent)."""

@@ -39,7 +39,6 @@ import logging
 import math
 import numbers
 import os
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transferlab.platform.io import atomic_write_bytes
+from transferlab.platform.io import AtomicRewriter
 
 if TYPE_CHECKING:
     import torch
@@ -563,7 +562,7 @@ def read_trajectories(path: str | os.PathLike[str], missing_ok: bool = False) ->
     return out
 
 
-class TrajectoryWriter:
+class TrajectoryWriter(AtomicRewriter):
     """Collects episodes and (re)writes them to one Parquet file atomically.
 
     :meth:`add` validates an episode and buffers it; every ``flush_every`` episodes (and on
@@ -574,15 +573,9 @@ class TrajectoryWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], flush_every: int = 50) -> None:
-        if flush_every < 1:
-            raise ValueError(f"flush_every must be >= 1, got {flush_every}")
-        self.path = Path(path)
-        self.flush_every = flush_every
-        self._lock = threading.Lock()
+        self._init_rewriter(path, flush_every)
         self._episodes: list[Trajectory] = read_trajectories(self.path, missing_ok=True)
         self._ids: set[str] = {t.episode_id for t in self._episodes}
-        self._pending = 0
-        self._dirty = False
         self._closed = False
 
     @property
@@ -616,22 +609,14 @@ class TrajectoryWriter:
         with self._lock:
             self._episodes.extend(batch)
             self._ids.update(seen)
-            self._pending += len(batch)
-            self._dirty = self._dirty or bool(batch)
-            due = self._pending >= self.flush_every
+            self._pending += len(batch) - 1  # _note_added counts the last one
+            due = self._note_added(bool(batch))
         if due:
             self.flush()
 
-    def flush(self) -> None:
-        """Atomically rewrite the file with every episode so far (an empty table if there are none)."""
-        with self._lock:
-            if not self._dirty and self.path.exists():
-                self._pending = 0
-                return
-            data = _parquet_bytes(self._episodes)
-            atomic_write_bytes(self.path, data)
-            self._dirty = False
-            self._pending = 0
+    def _payload(self) -> bytes:
+        """Every episode so far as a Parquet file (an empty table with the full schema if none)."""
+        return _parquet_bytes(self._episodes)
 
     def close(self) -> None:
         """Flush and mark closed (idempotent)."""
