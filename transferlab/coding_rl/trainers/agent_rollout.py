@@ -1,0 +1,204 @@
+"""Multi-turn policy rollouts on `transferlab/CodeRepair-v0`: many episodes in lockstep, exact ids.
+
+:func:`policy_episodes` runs one episode per ``(env, task)`` pair. Each turn it
+
+1. batches the full context ids of every still-running episode and calls
+   :func:`~transferlab.coding_rl.policies.generation.generate` **once** for the batch;
+2. steps each env with its sample's text in a thread pool (the sandbox does the heavy work in other
+   processes, so the threads mostly wait);
+3. records one :class:`~transferlab.platform.trajectory.StepRecord` per episode and appends the exact
+   sampled ids and the observation's ids to that episode's context.
+
+**Ids.** The prompt is ``encode_chat(tok, [{"role": "user", "content": intro}])`` (ending with
+``<|im_start|>assistant\\n``); a step's ``action_ids`` are the sampled ids themselves (including a
+sampled ``<|im_end|>``) and its ``observation_ids`` are
+``observation_ids(tok, obs, ended=sample.finished)``, i.e. exactly the ids appended to the context
+after the action. Nothing is re-tokenised, so ``Trajectory.token_ids()`` is the context the policy
+saw at its last turn plus its last action and observation.
+
+**Cuts.** An episode whose next context would leave fewer than ``sampling.max_new_tokens`` positions
+below ``max_context`` is stopped after the step that grew it (``truncated=True``,
+``info["cut"] = "context"``); one whose wall time since its reset passed ``episode_timeout_s`` is
+stopped the same way with ``info["cut"] = "timeout"``; the env's own step limit gives
+``info["cut"] = "steps"``. Masking such episodes (DeepSWE-style) is the trainer's job. The last
+observation of a context-cut episode is still recorded, so its ``token_ids()`` may run past
+``max_context``; the policy never saw that context.
+
+**Determinism.** At turn ``t`` the batch is sampled with seed ``sampling.seed + t * len(envs)``; row
+``r`` of the batch (the ``r``-th still-running episode in input order) therefore uses
+``sampling.seed + t * len(envs) + r``: unique per (turn, row), a function of the episode's index and
+turn given the episodes that are still running, which is itself determined by the seed. Same seed
+(and no timeout firing) gives the same episodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate
+from transferlab.coding_rl.policies.tokenizer import encode_chat, observation_ids
+from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.platform.trajectory import StepRecord, Trajectory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["policy_episode_id", "policy_episodes"]
+
+
+def policy_episode_id(task_id: str, seed: int, index: int) -> str:
+    """The episode id :func:`policy_episodes` gives episode ``index`` of a call with ``seed``."""
+    return hashlib.sha1(f"{task_id}|{seed}|{index}|policy".encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Episode:
+    """Book-keeping of one running episode."""
+
+    index: int
+    env: CodeRepairEnv
+    task: RepoTask
+    episode_id: str
+    intro: str = ""
+    prompt: list[int] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    started: float = 0.0
+    done: bool = False
+
+
+@dataclass
+class _StepResult:
+    obs: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    timings: dict[str, float]
+
+
+def _reset(ep: _Episode, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
+    ep.started = time.perf_counter()
+    obs, _ = ep.env.reset(seed=seed + ep.index, options={"task": ep.task})
+    ep.intro = obs
+    ep.prompt = encode_chat(tokenizer, [{"role": "user", "content": obs}], add_generation_prompt=True)
+    ep.context = list(ep.prompt)
+
+
+def _step(env: CodeRepairEnv, action: str) -> _StepResult:
+    obs, reward, term, trunc, info = env.step(action)
+    return _StepResult(obs, reward, term, trunc, info, dict(env.last_timings))
+
+
+def _cut_reason(
+    ep: _Episode, res: _StepResult, next_len: int, room: int, max_context: int, timeout: float | None
+) -> str | None:
+    """Why the episode ends after this step without a submit, or None if it goes on."""
+    if res.terminated:
+        return None
+    if res.truncated:
+        return "steps"
+    if next_len + room > max_context:
+        return "context"
+    if timeout is not None and time.perf_counter() - ep.started > timeout:
+        return "timeout"
+    return None
+
+
+def _record(
+    ep: _Episode,
+    sample: Sample,
+    res: _StepResult,
+    obs_ids: list[int],
+    cut: str | None,
+    policy_s: float,
+) -> StepRecord:
+    k = len(ep.steps)
+    info: dict[str, Any] = {
+        "tool": res.info.get("tool"),
+        "tool_ok": res.info.get("tool_ok"),
+        "success": res.info.get("success"),
+        "stop_reason": sample.stop_reason,
+    }
+    if cut is not None:
+        info["cut"] = cut
+    return StepRecord(
+        episode_id=ep.episode_id,
+        step=k,
+        task_id=ep.task.task_id,
+        domain="coding",
+        action_text=sample.text,
+        action_ids=list(sample.completion_ids),
+        action_logprobs=list(sample.logprobs),
+        observation_text=res.obs,
+        observation_ids=obs_ids,
+        reward=float(res.reward),
+        reward_components={k_: float(v) for k_, v in res.info["components"].items()},
+        terminated=bool(res.terminated),
+        truncated=bool(res.truncated or cut is not None),
+        info=info,
+        timings={"policy_s": policy_s, **res.timings},
+        prompt_text=ep.intro if k == 0 else "",
+        prompt_ids=list(ep.prompt) if k == 0 else [],
+    )
+
+
+def policy_episodes(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    envs: Sequence[CodeRepairEnv],
+    tasks: Sequence[RepoTask],
+    sampling: SamplingConfig,
+    max_context: int,
+    episode_timeout_s: float | None = None,
+    workers: int | None = None,
+) -> list[Trajectory]:
+    """Run one episode of the policy per ``(envs[i], tasks[i])``, in lockstep; see the module docstring.
+
+    ``envs`` must be distinct objects (each holds one episode's state); they are reset here and left
+    open. Returns the episodes in input order, each validated. Raises ``ValueError`` when the lengths
+    differ, an env repeats, or a task's first prompt plus ``sampling.max_new_tokens`` does not fit in
+    ``max_context``. ``workers`` bounds the env thread pool (default: one thread per episode).
+    """
+    if len(envs) != len(tasks):
+        raise ValueError(f"got {len(envs)} envs for {len(tasks)} tasks; pass one env per task")
+    if len({id(e) for e in envs}) != len(envs):
+        raise ValueError("the same env appears twice; each episode needs its own CodeRepairEnv")
+    if episode_timeout_s is not None and episode_timeout_s < 0:
+        raise ValueError(f"episode_timeout_s must be >= 0 or None, got {episode_timeout_s}")
+    if not envs:
+        return []
+    room = sampling.max_new_tokens
+    episodes = [
+        _Episode(i, env, task, policy_episode_id(task.task_id, sampling.seed, i))
+        for i, (env, task) in enumerate(zip(envs, tasks, strict=True))
+    ]
+    with ThreadPoolExecutor(max_workers=workers or len(episodes)) as pool:
+        list(pool.map(lambda ep: _reset(ep, tokenizer, sampling.seed), episodes))
+        for ep in episodes:
+            if len(ep.context) + room > max_context:
+                raise ValueError(
+                    f"task {ep.task.task_id!r}: the first prompt has {len(ep.context)} tokens, which with "
+                    f"max_new_tokens={room} does not fit in max_context={max_context}; raise max_context"
+                )
+        turn = 0
+        while running := [ep for ep in episodes if not ep.done]:
+            cfg = sampling.model_copy(update={"seed": sampling.seed + turn * len(episodes)})
+            t0 = time.perf_counter()
+            samples = generate(model, tokenizer, [ep.context for ep in running], cfg)
+            policy_s = (time.perf_counter() - t0) / len(running)
+            results = list(pool.map(_step, [ep.env for ep in running], [s.text for s in samples]))
+            for ep, sample, res in zip(running, samples, results, strict=True):
+                obs_ids = observation_ids(tokenizer, res.obs, role="tool", ended=sample.finished)
+                ep.context = ep.context + list(sample.completion_ids) + obs_ids
+                cut = _cut_reason(ep, res, len(ep.context), room, max_context, episode_timeout_s)
+                ep.steps.append(_record(ep, sample, res, obs_ids, cut, policy_s))
+                ep.done = res.terminated or res.truncated or cut is not None
+            turn += 1
+    return [Trajectory(ep.steps).validate() for ep in episodes]
