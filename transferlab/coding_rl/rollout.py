@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from pydantic import Field
 
 from transferlab.coding_rl.agents import make_agent
 from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-from transferlab.coding_rl.sandbox.backends import SandboxBackend, SandboxUnavailable, make_backend
+from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.platform.config import BaseConfig
@@ -89,15 +90,10 @@ class RolloutSummary:
 
 def open_sandbox(backend: str, workers: int) -> SandboxBackend:
     """The requested backend, or subprocess where the fork server cannot run (said on stderr)."""
-    try:
-        return make_backend(SandboxConfig(backend=backend, workers=workers))
-    except (SandboxUnavailable, ImportError) as exc:
-        if backend == "subprocess":
-            raise
-        import sys
-
-        print(f"note: {exc}\nnote: falling back to the subprocess backend", file=sys.stderr)
-        return make_backend(SandboxConfig(backend="subprocess", workers=workers))
+    sandbox, _, reason = open_backend(SandboxConfig(backend=backend, workers=workers))
+    if reason is not None:
+        print(f"note: {reason}\nnote: falling back to the subprocess backend", file=sys.stderr)
+    return sandbox
 
 
 def byte_ids(text: str) -> list[int]:

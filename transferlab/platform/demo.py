@@ -103,20 +103,14 @@ class DemoResult:
 
 def open_sandbox(backend: BackendName, console: Console) -> tuple[SandboxBackend, SandboxConfig, str | None]:
     """The backend named ``backend``, else subprocess; returns (backend, config, why it fell back)."""
-    from transferlab.coding_rl.sandbox.backends import SandboxUnavailable, make_backend
+    from transferlab.coding_rl.sandbox.backends import open_backend
     from transferlab.coding_rl.sandbox.config import SandboxConfig
 
-    config = SandboxConfig(backend=backend, workers=1)
-    try:
-        return make_backend(config), config, None
-    except (SandboxUnavailable, ImportError) as err:
-        if backend == "subprocess":
-            raise
-        reason = f"the {backend} backend is unavailable here: {err}"
-    console.print(f"[yellow]{reason}[/]", markup=True, highlight=False)
-    console.print("[yellow]falling back to --backend subprocess (weaker isolation)[/]")
-    config = SandboxConfig(backend="subprocess", workers=1)
-    return make_backend(config), config, reason
+    sandbox, config, reason = open_backend(SandboxConfig(backend=backend, workers=1))
+    if reason is not None:
+        console.print(f"[yellow]{reason}[/]", markup=True, highlight=False)
+        console.print("[yellow]falling back to --backend subprocess (weaker isolation)[/]")
+    return sandbox, config, reason
 
 
 def _num(value: float) -> str:

@@ -13,16 +13,13 @@ import transferlab.coding_rl.env  # noqa: F401  (registers the id)
 from transferlab.coding_rl.agents import call, make_agent
 from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.rewards import DENSE_REWARDS
-from transferlab.coding_rl.sandbox.backends import SandboxBackend, SandboxUnavailable, make_backend
+from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[SandboxBackend]:
-    try:
-        backend = make_backend(SandboxConfig(workers=1))
-    except SandboxUnavailable:
-        backend = make_backend(SandboxConfig(backend="subprocess", workers=1))
+    backend, _, _ = open_backend(SandboxConfig(workers=1))
     yield backend
     backend.close()
 

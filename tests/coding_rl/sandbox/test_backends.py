@@ -9,6 +9,7 @@ import signal
 import textwrap
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -292,3 +293,18 @@ def test_honest_code_can_import_the_standard_library(verifier: Verifier) -> None
     )
     result = verifier.grade(task, source)
     assert result.status == "passed", result.message
+
+
+def test_open_backend_falls_back_to_subprocess_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transferlab.coding_rl.sandbox.backends import open_backend
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    backend, config, reason = open_backend(SandboxConfig(backend="docker", workers=1, memory_mb=256))
+    try:
+        assert isinstance(backend, SubprocessBackend)
+        assert config.backend == "subprocess" and config.memory_mb == 256  # the rest of the config is kept
+        assert reason is not None and "docker backend is unavailable" in reason
+    finally:
+        backend.close()

@@ -12,7 +12,7 @@ from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.policies.tokenizer import corpus_texts, encode_chat, train_tokenizer
-from transferlab.coding_rl.sandbox.backends import SandboxBackend, SandboxUnavailable, make_backend
+from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
@@ -43,10 +43,7 @@ def model(tokenizer: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[SandboxBackend]:
-    try:
-        backend = make_backend(SandboxConfig(workers=1))
-    except SandboxUnavailable:
-        backend = make_backend(SandboxConfig(backend="subprocess", workers=1))
+    backend, _, _ = open_backend(SandboxConfig(workers=1))
     yield backend
     backend.close()
 

@@ -9,7 +9,7 @@ import torch
 
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.policies.tokenizer import train_tokenizer
-from transferlab.coding_rl.sandbox.backends import SandboxUnavailable, make_backend
+from transferlab.coding_rl.sandbox.backends import open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.toy import toy_solution, toy_tasks
@@ -28,10 +28,7 @@ from transferlab.platform.metrics import MemoryLogger
 
 @pytest.fixture(scope="module")
 def verifier() -> Iterator[Verifier]:
-    try:
-        backend = make_backend(SandboxConfig(workers=2))
-    except SandboxUnavailable:
-        backend = make_backend(SandboxConfig(backend="subprocess", workers=2))
+    backend, _, _ = open_backend(SandboxConfig(workers=2))
     yield Verifier(backend)
     backend.close()
 

@@ -19,7 +19,7 @@ from transferlab.coding_rl.env.workspace import (
     parse_action,
 )
 from transferlab.coding_rl.rewards import AgentRewardTable, reward_table
-from transferlab.coding_rl.sandbox.backends import SandboxBackend, SandboxUnavailable, make_backend
+from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.repo_task import RepoTask
@@ -114,10 +114,7 @@ class CodeRepairEnv(gym.Env[str, str]):
     def verifier(self) -> Verifier:
         if self._verifier is None:
             if self._sandbox is None:
-                try:
-                    self._sandbox = make_backend(SandboxConfig(workers=1))
-                except SandboxUnavailable:
-                    self._sandbox = make_backend(SandboxConfig(backend="subprocess", workers=1))
+                self._sandbox, _, _ = open_backend(SandboxConfig(workers=1))
             self._verifier = Verifier(self._sandbox)
         return self._verifier
 

@@ -453,3 +453,19 @@ def make_backend(config: SandboxConfig) -> SandboxBackend:
     from transferlab.coding_rl.sandbox.docker_backend import DockerBackend
 
     return DockerBackend(config)
+
+
+def open_backend(config: SandboxConfig) -> tuple[SandboxBackend, SandboxConfig, str | None]:
+    """The configured backend, or subprocess where it cannot run here.
+
+    Returns (backend, the config it runs with, why it fell back — None if it did not). A requested
+    subprocess backend that cannot run raises SandboxUnavailable.
+    """
+    try:
+        return make_backend(config), config, None
+    except (SandboxUnavailable, ImportError) as err:
+        if config.backend == "subprocess":
+            raise
+        reason = f"the {config.backend} backend is unavailable here: {err}"
+    fallback = config.model_copy(update={"backend": "subprocess"})
+    return make_backend(fallback), fallback, reason

@@ -153,19 +153,12 @@ def split_for(group: str, seed: int, held_out_fraction: float) -> Split:
 
 @contextmanager
 def open_verifier(workers: int = 2, backend: str = "forkserver") -> Iterator[Verifier]:
-    """A Verifier on ``backend`` (forkserver by default; subprocess if it is unavailable here)."""
-    from transferlab.coding_rl.sandbox.backends import SandboxUnavailable, make_backend
+    """A Verifier on ``backend`` (forkserver by default; subprocess if that is unavailable here)."""
+    from transferlab.coding_rl.sandbox.backends import open_backend
     from transferlab.coding_rl.sandbox.config import SandboxConfig
     from transferlab.coding_rl.sandbox.verifier import Verifier
 
-    config = SandboxConfig(backend=backend, workers=workers)
-    try:
-        sandbox = make_backend(config)
-    except SandboxUnavailable:
-        if backend != "forkserver":
-            raise
-        config = SandboxConfig(backend="subprocess", workers=workers)
-        sandbox = make_backend(config)
+    sandbox, config, _ = open_backend(SandboxConfig(backend=backend, workers=workers))
     try:
         yield Verifier(sandbox, config)
     finally:
