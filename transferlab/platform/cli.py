@@ -5,6 +5,7 @@ Commands::
     transferlab --version
     transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.platform.demo)
     transferlab runs list [--experiment X] [--runs-root DIR]
+    transferlab runs compare RUN [RUN ...] [--metric KEY ...] [--runs-root DIR] [--plot PATH]
     transferlab sandbox grade TASK.json SOLUTION.py [--backend B] [--json] [--workers N]
     transferlab sandbox build-image [--image NAME] [--mirror URL]
     transferlab sandbox humaneval [--limit N] [--backend B] [--workers N]
@@ -18,8 +19,12 @@ pydantic, pandas, rich and the domain code are imported inside the command funct
 
 from __future__ import annotations
 
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,6 +32,13 @@ import transferlab
 from transferlab.coding_rl.cli import app as coding_app
 from transferlab.coding_rl.sandbox.cli import Backend
 from transferlab.coding_rl.sandbox.cli import app as sandbox_app
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
+    from rich.text import Text
+
+    from transferlab.platform.runstore import RunInfo
 
 app = typer.Typer(
     name="transferlab",
@@ -134,6 +146,257 @@ def runs_list(
         status = f"[{colours.get(info.status, 'white')}]{info.status}[/]"
         table.add_row(info.experiment, info.run_id, status, info.created_at[:19].replace("T", " "))
     Console(highlight=False).print(table)
+
+
+# ------------------------------------------------------------------------------------ runs compare
+
+MAX_DEFAULT_METRICS = 20
+"""``runs compare`` shows at most this many metric keys unless ``--metric`` picks them."""
+
+
+class _CompareError(Exception):
+    """A ``runs compare`` problem to report as ``error: ...`` with exit code 2."""
+
+
+def _resolve_run(ref: str, root: Path) -> Path:
+    """A RUN argument -> its run directory: a path, ``<experiment>/<run-id>`` under root, or a unique id."""
+    from glob import escape
+
+    from transferlab.platform.runstore import META_FILE
+
+    if (Path(ref) / META_FILE).is_file():
+        return Path(ref)
+    parts = [p for p in ref.split("/") if p]
+    if len(parts) == 2 and ".." not in parts and (root / parts[0] / parts[1] / META_FILE).is_file():
+        return root / parts[0] / parts[1]
+    if len(parts) == 1 and parts[0] not in (".", ".."):
+        found = sorted(p.parent for p in root.glob(f"*/{escape(parts[0])}/{META_FILE}"))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            names = ", ".join(f"{p.parent.name}/{p.name}" for p in found)
+            raise _CompareError(
+                f"run id {ref!r} is ambiguous under {root}: it is in {len(found)} experiments ({names}); "
+                "pass <experiment>/<run-id> instead"
+            )
+    where = f"{ref} is not a run directory (it has no {META_FILE})"
+    if len(parts) == 1:
+        where += f", and no experiment under {root} has a run with that id"
+    elif len(parts) == 2:
+        where += f", and neither is {root / parts[0] / parts[1]}"
+    if not root.is_dir():
+        where += f" ({root} does not exist; pass --runs-root)"
+    raise _CompareError(f"no run {ref!r}: {where}; `transferlab runs list --runs-root {root}` lists the runs")
+
+
+def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> one level with dotted keys (``{"opt": {"lr": 1}}`` -> ``{"opt.lr": 1}``)."""
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _read_config(run_dir: Path) -> dict[str, Any]:
+    from transferlab.platform.runstore import CONFIG_FILE
+
+    try:
+        data = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        raise _CompareError(f"cannot read {run_dir / CONFIG_FILE}: {err}") from None
+    return _flatten(data) if isinstance(data, dict) else {}
+
+
+def _differing_keys(configs: Sequence[Mapping[str, Any]]) -> tuple[list[str], int]:
+    """Config keys whose value is not the same in every run (absent counts as a value), and how many are."""
+    absent = object()
+    keys = sorted({k for cfg in configs for k in cfg})
+    differ = [k for k in keys if any(cfg.get(k, absent) != configs[0].get(k, absent) for cfg in configs[1:])]
+    return differ, len(keys) - len(differ)
+
+
+def _keys(n: int) -> str:
+    return f"{n} key" if n == 1 else f"{n} keys"
+
+
+def _num(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def _config_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _series(metrics: pd.DataFrame, key: str) -> pd.Series:
+    """Values of ``key`` indexed by step, sorted by step (the last logged value wins at a repeated step)."""
+    rows = metrics[metrics["key"] == key].drop_duplicates(subset="step", keep="last")
+    return rows.set_index("step")["value"].sort_index(kind="stable")
+
+
+def _metric_cell(metrics: pd.DataFrame, key: str) -> Text:
+    from rich.text import Text
+
+    values = _series(metrics, key)
+    if values.empty:
+        return Text("—", style="dim")
+    cell = Text(f"{_num(float(values.iloc[-1]))} @ {int(values.index[-1])}")
+    if len(values) > 1:
+        cell.append(f"\nmin {_num(float(values.min()))} · max {_num(float(values.max()))}", style="dim")
+    return cell
+
+
+def _pick_metrics(frames: Sequence[pd.DataFrame], wanted: Sequence[str] | None) -> tuple[list[str], str]:
+    """The metric keys to show, and a note on how they were picked."""
+    from transferlab.platform.metrics import validate_key
+
+    if wanted:
+        try:
+            return list(dict.fromkeys(validate_key(k) for k in wanted)), "metrics: picked with --metric"
+        except ValueError as err:
+            raise _CompareError(str(err)) from None
+    common = sorted(set.intersection(*(set(df["key"]) for df in frames)))
+    if not common:
+        return [], "metrics: no key is logged by every run; pick keys with --metric"
+    note = f"metrics: the {_keys(len(common))} every run logged"
+    if len(common) > MAX_DEFAULT_METRICS:
+        shown = f"the first {MAX_DEFAULT_METRICS} of {len(common)}"
+        note = f"metrics: {shown} keys every run logged (pick others with --metric)"
+    return common[:MAX_DEFAULT_METRICS], note
+
+
+def _compare_table(
+    infos: Sequence[RunInfo],
+    labels: Sequence[str],
+    configs: Sequence[Mapping[str, Any]],
+    differ: Sequence[str],
+) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table()
+    table.add_column("", style="bold", no_wrap=True)
+    for label in labels:
+        table.add_column(label, no_wrap=True)
+    colours = {"finished": "green", "failed": "red", "running": "yellow"}
+    table.add_row("experiment", *(Text(i.experiment) for i in infos))
+    table.add_row("status", *(Text(i.status, style=colours.get(i.status, "")) for i in infos))
+    table.add_row("created (UTC)", *(Text(i.created_at[:19].replace("T", " ")) for i in infos))
+    if differ:
+        table.add_section()
+    for key in differ:
+        cells = [Text(_config_value(c[key])) if key in c else Text("—", style="dim") for c in configs]
+        table.add_row(Text(f"config.{key}"), *cells)
+    return table
+
+
+def _plot_compare(
+    path: Path, labels: Sequence[str], frames: Sequence[pd.DataFrame], keys: Sequence[str]
+) -> None:
+    """One panel per metric key, one line per run (same colour in every panel); written atomically."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    from transferlab.platform.io import atomic_write_bytes
+    from transferlab.platform.reports import Curve, draw_curves, figure_png
+
+    ncols = min(3, len(keys))
+    nrows = math.ceil(len(keys) / ncols)
+    fig = Figure(figsize=(4.8 * ncols, 3.2 * nrows + 0.5), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, key in zip(axes, keys, strict=False):
+        series = {}
+        for i, (label, df) in enumerate(zip(labels, frames, strict=True)):
+            values = _series(df, key)
+            if not values.empty:
+                series[label] = Curve(values.index.to_numpy(), values.to_numpy(), color=f"C{i % 10}")
+        draw_curves(ax, series, xlabel="step", ylabel="", title=key, legend=False)
+    for ax in axes[len(keys) :]:
+        ax.set_visible(False)
+    handles = [Line2D([], [], color=f"C{i % 10}", label=label) for i, label in enumerate(labels)]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(4, len(labels)), frameon=False)
+    atomic_write_bytes(path, figure_png(fig))
+
+
+@runs_app.command("compare")
+def runs_compare(
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Runs to compare: a run directory, <experiment>/<run-id> under --runs-root, "
+            "or a run id that is unique under --runs-root.",
+            metavar="RUN",
+            show_default=False,
+        ),
+    ],
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help=f"Metric key to show (repeat for several); default: the keys every run logged, "
+            f"at most {MAX_DEFAULT_METRICS}.",
+            metavar="KEY",
+            show_default=False,
+        ),
+    ] = None,
+    runs_root: RunsRootOption = Path("runs"),
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Also write a PNG of the metrics' curves: one panel per metric, one line per run.",
+            metavar="PATH",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Runs side by side: status, the config values that differ, and each metric's last value @ step."""
+    from rich.console import Console
+
+    from transferlab.platform.metrics import read_metrics
+    from transferlab.platform.runstore import METRICS_FILE, RunInfo
+
+    try:
+        dirs = [_resolve_run(ref, runs_root) for ref in runs]
+        seen = [d.resolve() for d in dirs]
+        for ref, d in zip(runs, seen, strict=True):
+            if seen.count(d) > 1:
+                raise _CompareError(f"run {ref!r} ({d}) is given more than once; pass each run once")
+        infos = [RunInfo.from_dir(d) for d in dirs]
+        configs = [_read_config(d) for d in dirs]
+        frames = [read_metrics(d / METRICS_FILE, missing_ok=True) for d in dirs]
+        keys, metric_note = _pick_metrics(frames, metric)
+        if plot is not None and not keys:
+            raise _CompareError(
+                "nothing to plot: no metric key is logged by every run; pick keys with --metric"
+            )
+    except (_CompareError, OSError, ValueError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    ids = [i.run_id for i in infos]
+    labels = [i.run_id if ids.count(i.run_id) == 1 else f"{i.experiment}/{i.run_id}" for i in infos]
+    differ, n_equal = _differing_keys(configs)
+    table = _compare_table(infos, labels, configs, differ)
+    if keys:
+        table.add_section()
+    for key in keys:
+        table.add_row(key, *(_metric_cell(df, key) for df in frames))
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    console.print(f"config: {_keys(len(differ))} differ; {n_equal} equal in every run (hidden)", style="dim")
+    console.print(f"{metric_note}; cells: last value @ step, then min · max over steps", style="dim")
+    if plot is not None:
+        try:
+            _plot_compare(plot, labels, frames, keys)
+        except OSError as err:
+            typer.echo(f"error: cannot write the plot to {plot}: {err}", err=True)
+            raise typer.Exit(2) from None
+        console.print(f"wrote {plot}")
 
 
 def main() -> None:

@@ -1,0 +1,368 @@
+"""Small statistics for comparing runs: bootstrap confidence intervals and threshold crossings.
+
+Every function is pure and takes a ``seed``, so the same input gives the same interval::
+
+    >>> ci = bootstrap_ci([0.0, 1.0, 1.0, 1.0], n_boot=1000, seed=0)
+    >>> ci.estimate, ci.n
+    (0.75, 4)
+    >>> first_crossing([0, 10, 20], [0.0, 0.5, 1.0], threshold=0.75)
+    15.0
+
+Intervals are percentile bootstrap intervals: resample with replacement ``n_boot`` times, compute the
+statistic on each resample, and take the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles. They
+are fine for means of a few dozen or more observations; with very few observations (or few clusters)
+they are too narrow, because a resample can only recombine the values that were seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "Interval",
+    "Stat",
+    "bootstrap_ci",
+    "bootstrap_diff_ci",
+    "clustered_bootstrap_ci",
+    "clustered_bootstrap_diff_ci",
+    "first_crossing",
+]
+
+Stat = Literal["mean", "median"]
+"""Statistic an interval is computed for."""
+
+ArrayLike = Sequence[float] | npt.NDArray[np.floating] | npt.NDArray[np.integer] | npt.NDArray[np.bool_]
+
+_STATS: dict[str, Callable[..., npt.NDArray[np.float64]]] = {"mean": np.mean, "median": np.median}
+_CHUNK_ELEMENTS = 1 << 22  # resample matrices are built in chunks of at most this many entries
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a confidence interval ``[low, high]`` at confidence ``level``.
+
+    ``n`` is the number of observations behind the estimate: the sample size for
+    :func:`bootstrap_ci`, the number of pairs for a paired difference, and ``len(a) + len(b)`` for an
+    unpaired one (the clustered versions count items, not clusters).
+    """
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    n: int
+
+    @property
+    def width(self) -> float:
+        """``high - low``."""
+        return self.high - self.low
+
+    def format(self, spec: str = ".3f") -> str:
+        """E.g. ``"0.512 [0.463, 0.561]"`` (the level is left out)."""
+        return f"{self.estimate:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+
+    def __str__(self) -> str:
+        return f"{self.format()} ({self.level:.0%} CI, n={self.n})"
+
+
+# ----------------------------------------------------------------------------------------- checks
+
+
+def _as_values(values: ArrayLike, what: str = "values") -> npt.NDArray[np.float64]:
+    """``values`` as a 1-D float array; empty or non-finite input is a ValueError saying so."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{what} is empty: a confidence interval needs at least one observation")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.sum(~np.isfinite(arr)))
+        raise ValueError(f"{what} has {bad} NaN or infinite entries; drop them before bootstrapping")
+    return arr
+
+
+def _check_args(stat: str, n_boot: int, level: float) -> Callable[..., npt.NDArray[np.float64]]:
+    if stat not in _STATS:
+        raise ValueError(f"stat must be one of {sorted(_STATS)}, got {stat!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be a positive int (e.g. 2000), got {n_boot!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    return _STATS[stat]
+
+
+def _nearly_constant(x: npt.NDArray[np.float64]) -> bool:
+    """All entries equal up to rounding (relative 1e-12), e.g. ``(a + 1.0) - a``."""
+    return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.max(np.abs(x)))))
+
+
+def _percentiles(replicates: npt.NDArray[np.float64], level: float) -> tuple[float, float]:
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(replicates, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def _interval(
+    estimate: float, replicates: npt.NDArray[np.float64], level: float, n: int, degenerate: bool
+) -> Interval:
+    """Build the Interval; a degenerate sample (one value / all equal) gives ``low = high = estimate``."""
+    if degenerate:
+        return Interval(estimate, estimate, estimate, level, n)
+    low, high = _percentiles(replicates, level)
+    return Interval(estimate, low, high, level, n)
+
+
+# ------------------------------------------------------------------------------------- resampling
+
+
+def _resample_stat(
+    func: Callable[..., npt.NDArray[np.float64]],
+    columns: Sequence[npt.NDArray[np.float64]],
+    n_boot: int,
+    rng: np.random.Generator,
+) -> list[npt.NDArray[np.float64]]:
+    """Per column, ``func`` over ``n_boot`` resamples that share row indices (columns of equal length)."""
+    n = len(columns[0])
+    chunk = max(1, _CHUNK_ELEMENTS // n)
+    out: list[list[npt.NDArray[np.float64]]] = [[] for _ in columns]
+    for start in range(0, n_boot, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, n_boot - start), n))
+        for acc, col in zip(out, columns, strict=True):
+            acc.append(np.asarray(func(col[idx], axis=1), dtype=np.float64))
+    return [np.concatenate(acc) for acc in out]
+
+
+def bootstrap_ci(
+    values: ArrayLike,
+    *,
+    stat: Stat = "mean",
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Percentile bootstrap interval for ``stat`` (``"mean"`` or ``"median"``) of ``values``.
+
+    One observation (or all equal) gives ``low = high = estimate``; empty input is a ValueError.
+
+    >>> bootstrap_ci([2.0, 2.0, 2.0])
+    Interval(estimate=2.0, low=2.0, high=2.0, level=0.95, n=3)
+    """
+    func = _check_args(stat, n_boot, level)
+    x = _as_values(values)
+    estimate = float(func(x))
+    if bool(np.all(x == x[0])):  # every replicate is x[0]; np.mean could be off by a rounding error
+        return _interval(float(x[0]), np.empty(0), level, x.size, degenerate=True)
+    (replicates,) = _resample_stat(func, [x], n_boot, np.random.default_rng(seed))
+    return _interval(estimate, replicates, level, x.size, degenerate=False)
+
+
+def bootstrap_diff_ci(
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    paired: bool = False,
+    stat: Stat = "mean",
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Percentile bootstrap interval for ``stat(b) - stat(a)`` (so positive means ``b`` is higher).
+
+    ``paired=True`` (same tasks or seeds in the same order, e.g. before/after on one task list)
+    resamples index pairs, so ``a`` and ``b`` must have equal lengths. Unpaired resamples each
+    independently. ``n`` is the number of pairs when paired, else ``len(a) + len(b)``.
+
+    >>> bootstrap_diff_ci([1, 2, 6], [2, 3, 7], paired=True)  # b = a + 1 exactly
+    Interval(estimate=1.0, low=1.0, high=1.0, level=0.95, n=3)
+    """
+    func = _check_args(stat, n_boot, level)
+    xa, xb = _as_values(a, "a"), _as_values(b, "b")
+    estimate = float(func(xb) - func(xa))
+    rng = np.random.default_rng(seed)
+    if paired:
+        if xa.size != xb.size:
+            raise ValueError(
+                f"paired=True needs a and b of equal length (one entry per pair), got {xa.size} and "
+                f"{xb.size}; use paired=False for independent samples"
+            )
+        if _nearly_constant(xb - xa):  # a constant shift: every replicate equals the estimate
+            return _interval(estimate, np.empty(0), level, xa.size, degenerate=True)
+        rep_a, rep_b = _resample_stat(func, [xa, xb], n_boot, rng)
+        return _interval(estimate, rep_b - rep_a, level, xa.size, degenerate=False)
+    degenerate = bool(np.all(xa == xa[0]) and np.all(xb == xb[0]))
+    if degenerate:
+        return _interval(estimate, np.empty(0), level, xa.size + xb.size, degenerate=True)
+    (rep_a,) = _resample_stat(func, [xa], n_boot, rng)
+    (rep_b,) = _resample_stat(func, [xb], n_boot, rng)
+    return _interval(estimate, rep_b - rep_a, level, xa.size + xb.size, degenerate=False)
+
+
+# -------------------------------------------------------------------------------------- clustered
+
+
+@dataclass(frozen=True)
+class _Clustered:
+    """Values grouped by cluster: ``values[starts[k] : starts[k] + sizes[k]]`` is cluster ``labels[k]``."""
+
+    labels: list[object]
+    values: npt.NDArray[np.float64]
+    starts: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+
+
+def _group(values: ArrayLike, clusters: Sequence[object] | npt.NDArray[np.generic], what: str) -> _Clustered:
+    x = _as_values(values, what)
+    labels = list(np.asarray(clusters, dtype=object))
+    if len(labels) != x.size:
+        raise ValueError(
+            f"{what} and its clusters must have equal length (one cluster label per value), "
+            f"got {x.size} values and {len(labels)} labels"
+        )
+    order: dict[object, list[int]] = {}
+    for i, label in enumerate(labels):
+        order.setdefault(label, []).append(i)
+    keys = sorted(order, key=repr)  # deterministic order, whatever the label type
+    idx = np.concatenate([np.asarray(order[k], dtype=np.int64) for k in keys])
+    sizes = np.asarray([len(order[k]) for k in keys], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return _Clustered(keys, x[idx], starts, sizes)
+
+
+def _draw_items(
+    g: _Clustered, picks: npt.NDArray[np.int64], within: bool, rng: np.random.Generator
+) -> npt.NDArray[np.float64]:
+    """The items of the picked clusters, each cluster's items resampled when ``within``."""
+    sizes = g.sizes[picks]
+    starts = np.repeat(g.starts[picks], sizes)
+    if within:
+        offsets = np.floor(rng.random(int(sizes.sum())) * np.repeat(sizes, sizes)).astype(np.int64)
+    else:
+        offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return g.values[starts + offsets]
+
+
+def clustered_bootstrap_ci(
+    values: ArrayLike,
+    clusters: Sequence[object] | npt.NDArray[np.generic],
+    *,
+    stat: Stat = "mean",
+    resample_within: bool = True,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Two-stage bootstrap interval for ``stat`` of ``values`` that come in clusters (e.g. seeds).
+
+    Each replicate draws as many clusters as there are, with replacement, then (when
+    ``resample_within``) resamples the items inside each drawn cluster, and applies ``stat`` to all
+    drawn items pooled. Use it when e.g. success indicators come from several seeds × tasks: items
+    of one seed are correlated, and treating them as independent gives too narrow an interval. With
+    ``resample_within=False`` only clusters are resampled (slightly narrower; fine with many
+    clusters). Few clusters (< 5 or so) make any bootstrap interval too narrow; report it then.
+    """
+    func = _check_args(stat, n_boot, level)
+    g = _group(values, clusters, "values")
+    estimate = float(func(g.values))
+    if bool(np.all(g.values == g.values[0])):
+        return _interval(estimate, np.empty(0), level, g.values.size, degenerate=True)
+    rng = np.random.default_rng(seed)
+    k = len(g.labels)
+    replicates = np.empty(n_boot)
+    for i in range(n_boot):
+        picks = rng.integers(0, k, size=k)
+        replicates[i] = func(_draw_items(g, picks, resample_within, rng))
+    return _interval(estimate, replicates, level, g.values.size, degenerate=False)
+
+
+def clustered_bootstrap_diff_ci(
+    a: ArrayLike,
+    a_clusters: Sequence[object] | npt.NDArray[np.generic],
+    b: ArrayLike,
+    b_clusters: Sequence[object] | npt.NDArray[np.generic],
+    *,
+    paired: bool = False,
+    stat: Stat = "mean",
+    resample_within: bool = True,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Two-stage bootstrap interval for ``stat(b) - stat(a)``, each side clustered (see above).
+
+    Unpaired: ``a`` and ``b`` are resampled independently. ``paired=True``: both sides have the same
+    cluster labels (e.g. both methods ran with seeds 0..4) and each replicate draws one set of
+    clusters used for both sides, so a seed that is easy for both cancels out; items inside a cluster
+    are still resampled independently per side. ``n`` is ``len(a) + len(b)``.
+    """
+    func = _check_args(stat, n_boot, level)
+    ga, gb = _group(a, a_clusters, "a"), _group(b, b_clusters, "b")
+    if paired and ga.labels != gb.labels:
+        raise ValueError(
+            "paired=True needs the same cluster labels in a and b, got "
+            f"{ga.labels[:10]} and {gb.labels[:10]}; use paired=False for unrelated clusters"
+        )
+    estimate = float(func(gb.values) - func(ga.values))
+    n = ga.values.size + gb.values.size
+    if bool(np.all(ga.values == ga.values[0]) and np.all(gb.values == gb.values[0])):
+        return _interval(estimate, np.empty(0), level, n, degenerate=True)
+    rng = np.random.default_rng(seed)
+    ka, kb = len(ga.labels), len(gb.labels)
+    replicates = np.empty(n_boot)
+    for i in range(n_boot):
+        picks_a = rng.integers(0, ka, size=ka)
+        picks_b = picks_a if paired else rng.integers(0, kb, size=kb)
+        draw_a = _draw_items(ga, picks_a, resample_within, rng)
+        draw_b = _draw_items(gb, picks_b, resample_within, rng)
+        replicates[i] = func(draw_b) - func(draw_a)
+    return _interval(estimate, replicates, level, n, degenerate=False)
+
+
+# ------------------------------------------------------------------------------------------ curves
+
+
+def first_crossing(
+    x: ArrayLike,
+    y: ArrayLike,
+    threshold: float,
+    *,
+    direction: Literal["up", "down"] = "up",
+) -> float | None:
+    """The first ``x`` at which the curve ``y(x)`` reaches ``threshold``, linearly interpolated.
+
+    "Reaches" is ``y >= threshold`` for ``direction="up"`` (e.g. episodes needed to reach a success
+    rate of 0.8) and ``y <= threshold`` for ``"down"`` (e.g. steps until the loss is below 0.1).
+    ``x`` must be non-decreasing; points where ``y`` is NaN are skipped. Returns ``x[0]`` if the curve
+    starts at or past the threshold and None if it never gets there.
+
+    >>> first_crossing([0, 100, 200], [0.2, 0.6, 1.0], 0.7)
+    125.0
+    >>> first_crossing([0, 1], [1.0, 0.5], 0.2, direction="down") is None
+    True
+    """
+    if direction not in ("up", "down"):
+        raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    if xs.ndim != 1 or xs.shape != ys.shape:
+        raise ValueError(f"x and y must be 1-D of equal length, got shapes {xs.shape} and {ys.shape}")
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+    if np.any(np.diff(xs) < 0) or not np.all(np.isfinite(xs)):
+        raise ValueError("x must be finite and non-decreasing (sort the curve by x first)")
+    keep = ~np.isnan(ys)
+    xs, ys = xs[keep], ys[keep]
+    sign = 1.0 if direction == "up" else -1.0
+    reached = np.flatnonzero(sign * ys >= sign * threshold)
+    if reached.size == 0:
+        return None
+    i = int(reached[0])
+    if i == 0:
+        return float(xs[0])
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return float(x0 + (threshold - y0) * (x1 - x0) / (y1 - y0))
