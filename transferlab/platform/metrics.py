@@ -209,6 +209,21 @@ class ParquetLogger(AtomicRewriter, _LoggerBase):
         if due:
             self.flush()
 
+    def drop_after(self, step: int) -> int:
+        """Forget rows logged after ``step`` (a resumed run redoes those steps); returns how many."""
+        with self._lock:
+            keep = [i for i, s in enumerate(self._steps) if s <= step]
+            dropped = len(self._steps) - len(keep)
+            if dropped:
+                self._steps = [self._steps[i] for i in keep]
+                self._keys = [self._keys[i] for i in keep]
+                self._values = [self._values[i] for i in keep]
+                self._times = [self._times[i] for i in keep]
+                self._dirty = True
+        if dropped:
+            self.flush()
+        return dropped
+
     def _payload(self) -> bytes:
         """Every row so far as a Parquet file (an empty table with the columns if none yet)."""
         buffer = io.BytesIO()

@@ -1,46 +1,64 @@
-"""Tiny single-step code tasks a from-scratch policy can learn on a CPU in minutes.
+"""Tiny coding tasks a from-scratch policy can learn on a CPU in minutes.
 
-Each task asks for a one-line function of ``x`` — ``return x + 3``, ``return x * 2``, ``return x - 7``
-— described in words, with five test cases. The train / held-out split is by (operation, constant),
-so held-out tasks need the policy to map the words of an unseen description onto code.
+**Single-step** (:func:`toy_tasks`): each task asks for a one-line function of ``x`` —
+``return x + 3``, ``return 7 - x``, ``return max(x, 2)`` — described in words, with five test cases.
+The train / held-out split is by (operation, constant), so held-out tasks need the policy to map the
+words of an unseen description onto code.
+
+**Imperfect demonstrations** (:func:`noisy_demonstrations`): a demonstrator that writes a plausible
+bug (wrong operator, constant off by one) in a given share of its bodies — the way real history
+contains mistakes. SFT copies the mistakes; RL against the verifier can remove them. This is what
+gives RL headroom over SFT in ``transferlab coding experiment learn``.
+
+**Multi-turn** (:func:`toy_repo_tasks`): the same functions as one-file repositories for
+`transferlab/CodeRepair-v0` with a wrong operator or constant; the agent must read the source to know
+the buggy line, edit it, test and submit (:func:`toy_repo_plan` is the expert's plan).
 """
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Callable
 
-from transferlab.coding_rl.tasks.code_task import CodeTask, task_from_dict
+from transferlab.coding_rl.tasks.code_task import CodeTask, TestCase, task_from_dict
+from transferlab.coding_rl.tasks.repo_task import BugInfo, RepoTask, make_repo_task
 
-OPERATIONS: dict[str, tuple[str, str]] = {
-    "add": ("plus", "+"),
-    "sub": ("minus", "-"),
-    "mul": ("times", "*"),
+# name -> (description template with {k}, body template with {k}, python function)
+OPERATIONS: dict[str, tuple[str, str, Callable[[int, int], int]]] = {
+    "add": ("Return x plus {k}.", "return x + {n}", lambda x, k: x + k),
+    "sub": ("Return x minus {k}.", "return x - {n}", lambda x, k: x - k),
+    "mul": ("Return x times {k}.", "return x * {n}", lambda x, k: x * k),
+    "rsub": ("Return {k} minus x.", "return {n} - x", lambda x, k: k - x),
+    "max": ("Return the larger of x and {k}.", "return max(x, {n})", lambda x, k: max(x, k)),
+    "min": ("Return the smaller of x and {k}.", "return min(x, {n})", lambda x, k: min(x, k)),
 }
+BASIC_OPERATIONS = ("add", "sub", "mul")
 NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 INPUTS = [0, 1, 2, 5, 10]
+_WRONG_OPERATOR = {"add": "sub", "sub": "add", "mul": "add", "rsub": "sub", "max": "min", "min": "max"}
 
 
-def _apply(op: str, x: int, k: int) -> int:
-    return x + k if op == "add" else x - k if op == "sub" else x * k
+def _body(op: str, k: int) -> str:
+    return OPERATIONS[op][1].format(n=k)
 
 
 def toy_task(op: str, k: int) -> CodeTask:
-    """`f(x) = x <op> k` with its description, signature and five tests."""
-    word, symbol = OPERATIONS[op]
+    """`f(x) = <op>(x, k)` with its description, signature and five tests (three public, two hidden)."""
+    if op not in OPERATIONS:
+        raise ValueError(f"unknown toy operation {op!r}; choose from {sorted(OPERATIONS)}")
+    if not 0 <= k <= 9:
+        raise ValueError(f"toy constants are 0..9 (they are spelled out in words), got {k}")
+    words, _, fn = OPERATIONS[op]
     return task_from_dict(
         {
             "task_id": f"toy/{op}-{k}",
-            "task_description": f"Return x {word} {NUMBER_WORDS[k]}.",
+            "task_description": words.format(k=NUMBER_WORDS[k]),
             "function_signature": "def f(x: int) -> int:",
-            "test_cases": [{"input": x, "expected": _apply(op, x, k)} for x in INPUTS[:3]],
-            "hidden_test_cases": [{"input": x, "expected": _apply(op, x, k)} for x in INPUTS[3:]],
+            "test_cases": [{"input": x, "expected": fn(x, k)} for x in INPUTS[:3]],
+            "hidden_test_cases": [{"input": x, "expected": fn(x, k)} for x in INPUTS[3:]],
             "time_limit_s": 1.0,
-            "provenance": {
-                "source": "toy",
-                "operation": op,
-                "constant": k,
-                "solution": f"return x {symbol} {k}",
-            },
+            "provenance": {"source": "toy", "operation": op, "constant": k, "solution": _body(op, k)},
         },
         source=f"toy/{op}-{k}",
     )
@@ -51,11 +69,107 @@ def toy_solution(task: CodeTask) -> str:
     return "    " + str(task.provenance["solution"])
 
 
-def toy_tasks(held_out_fraction: float = 0.25, seed: int = 0) -> tuple[list[CodeTask], list[CodeTask]]:
-    """All 30 toy tasks split into (train, held-out) by a seeded shuffle of (operation, constant)."""
-    tasks = [toy_task(op, k) for op in OPERATIONS for k in range(10)]
+def toy_tasks(
+    held_out_fraction: float = 0.25, seed: int = 0, operations: tuple[str, ...] = BASIC_OPERATIONS
+) -> tuple[list[CodeTask], list[CodeTask]]:
+    """Every (operation, constant 0..9) task, split into (train, held-out) by a seeded shuffle."""
+    if not 0.0 < held_out_fraction < 1.0:
+        raise ValueError(f"held_out_fraction must be in (0, 1), got {held_out_fraction}")
+    tasks = [toy_task(op, k) for op in operations for k in range(10)]
     order = list(range(len(tasks)))
     random.Random(seed).shuffle(order)
     n_held = max(1, round(held_out_fraction * len(tasks)))
     held = {order[i] for i in range(n_held)}
     return [t for i, t in enumerate(tasks) if i not in held], [t for i, t in enumerate(tasks) if i in held]
+
+
+def buggy_body(task: CodeTask, rng: random.Random) -> str:
+    """A plausible wrong body that fails a test: the wrong operator, or the constant off by one."""
+    op, k = str(task.provenance["operation"]), int(task.provenance["constant"])
+    fn = OPERATIONS[op][2]
+    candidates = [_body(_WRONG_OPERATOR[op], k), _body(op, (k + 1) % 10), _body(op, (k + 9) % 10)]
+    wrong = [b for b in candidates if any(_eval(b, x) != fn(x, k) for x in INPUTS)]
+    return "    " + rng.choice(wrong)
+
+
+def noisy_demonstrations(
+    tasks: list[CodeTask], per_task: int, error_rate: float, seed: int
+) -> list[tuple[CodeTask, str]]:
+    """``per_task`` demonstrations of each task; each is a plausible bug with probability ``error_rate``."""
+    if not 0.0 <= error_rate < 1.0:
+        raise ValueError(f"error_rate must be in [0, 1), got {error_rate}")
+    rng = random.Random(seed)
+    return [
+        (t, buggy_body(t, rng) if rng.random() < error_rate else toy_solution(t))
+        for t in tasks
+        for _ in range(per_task)
+    ]
+
+
+# ------------------------------------------------------------------------------------ multi-turn tasks
+
+
+def _module(body: str) -> str:
+    return f"def f(x):\n    {body}\n"
+
+
+def toy_repo_task(op: str, k: int, bug_seed: int = 0) -> RepoTask:
+    """`toy/<op>-<k>` as a repository whose `src/toy.py` has a wrong operator or constant."""
+    task = toy_task(op, k)
+    reference = _body(op, k)
+    wrong = buggy_body(task, random.Random(f"{op}-{k}-{bug_seed}")).strip()
+    fn = OPERATIONS[op][2]
+
+    def case(x: int) -> TestCase:
+        return TestCase.model_validate({"args": [x], "call": "f", "expected": fn(x, k)})
+
+    dev = [case(x) for x in INPUTS[:3]]
+    failing = next((i for i, x in enumerate(INPUTS[:3]) if _eval(wrong, x) != fn(x, k)), 0)
+    return make_repo_task(
+        task_id=f"toy-repo/{op}-{k}",
+        module="toy",
+        buggy_source=_module(wrong),
+        reference_source=_module(reference),
+        entry_point="f",
+        dev_tests=dev,
+        hidden_tests=[case(x) for x in INPUTS[3:]],
+        issue=f"f is wrong. {task.task_description}",
+        group=f"toy/{op}-{k}",
+        bug=BugInfo(operator="toy", line=2, before=f"    {reference}", after=f"    {wrong}"),
+        time_limit_s=1.0,
+        provenance={"source": "toy", "operation": op, "constant": k, "failing_dev_test": failing},
+    )
+
+
+def _eval(body: str, x: int) -> object:
+    namespace: dict[str, object] = {}
+    exec(_module(body), namespace)  # noqa: S102 - our own generated one-liner
+    return namespace["f"](x)  # type: ignore[operator]
+
+
+def toy_repo_tasks(
+    held_out_fraction: float = 0.25, seed: int = 0, operations: tuple[str, ...] = BASIC_OPERATIONS
+) -> tuple[list[RepoTask], list[RepoTask]]:
+    """The toy functions as CodeRepair-v0 tasks, split like :func:`toy_tasks` (same seed, same split)."""
+    train, held = toy_tasks(held_out_fraction, seed, operations)
+
+    def repo(t: CodeTask) -> RepoTask:
+        return toy_repo_task(str(t.provenance["operation"]), int(t.provenance["constant"]))
+
+    return [repo(t) for t in train], [repo(t) for t in held]
+
+
+def call(action: str, **args: str) -> str:
+    """One tool call as the JSON text the environment parses."""
+    return json.dumps({"action": action, **args})
+
+
+def toy_repo_plan(task: RepoTask) -> list[str]:
+    """The expert's short plan on a toy repository: read the source, fix the line, run the tests, submit."""
+    bug = task.meta.bug
+    return [
+        call("read_file", path=task.meta.source_path),
+        call("edit_file", path=task.meta.source_path, old=bug.after.strip(), new=bug.before.strip()),
+        call("run_tests", target="all"),
+        call("submit"),
+    ]

@@ -1,0 +1,518 @@
+"""The RL loop for coding policies: GRPO or PPO, single-step code tasks or multi-turn agent episodes.
+
+One loop, top to bottom (cleanrl style), for both task kinds and both algorithms::
+
+    for step in range(start, config.steps):
+        tasks  = draw(seed, step)                     # the same tasks on a resumed run
+        trajs  = rollouts(pool, weights, tasks x G)   # workers sample with exact ids + log-probs, grade
+        batch  = to_tensors(trajs)                    # loss mask = the policy's own tokens only
+        adv    = GRPO: group-relative returns         # broadcast to every action token
+                 PPO:  GAE over each turn's reward on its last token, values from a value head
+        update(clipped ratio, KL to the frozen reference, value loss for PPO)
+        log, checkpoint
+
+Only the policy's parameters train (the adapters with LoRA; plus the value head for PPO); tools,
+sandbox and verifier are outside the gradient. Randomness is a function of ``(seed, step)`` and the
+checkpoint holds the model, value head and optimizer, so a killed run resumed from its last
+checkpoint continues exactly as if it had not stopped (:func:`train_rl` with ``resume=True``).
+
+The loss math lives in :mod:`.losses`; rollouts in :mod:`.rollout_worker` hosted by :mod:`.workers`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from transferlab.coding_rl.policies.adapters import (
+    LoraOptions,
+    ValueHead,
+    forward_policy,
+    trainable_state,
+)
+from transferlab.coding_rl.policies.generation import SamplingConfig
+from transferlab.coding_rl.trainers.losses import (
+    group_advantages,
+    group_weights,
+    grpo_loss,
+    masked_mean,
+    ppo_loss,
+    gae,
+)
+from transferlab.coding_rl.trainers.rollout_worker import Chunk, Mode, RolloutWorker, WorkerSpec, episode_success
+from transferlab.coding_rl.trainers.workers import Backend, ChunkResult, WorkerPool, make_pool
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.io import atomic_write_bytes
+from transferlab.platform.metrics import MetricsLogger
+from transferlab.platform.trajectory import Trajectory, to_tensors
+
+_log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+class RLConfig(BaseConfig):
+    """One RL run on coding tasks (saved as config.json in the run directory)."""
+
+    algo: Literal["grpo", "ppo"] = Field(default="grpo", description="GRPO (no critic) or PPO (value head).")
+    mode: Mode = Field(
+        default="code", description="'code': one completion per task; 'agent': CodeRepair-v0 episodes."
+    )
+    steps: int = Field(default=50, ge=1, description="Training iterations (roll out, score, update).")
+    tasks_per_step: int = Field(default=8, ge=1, description="Distinct tasks per iteration.")
+    group_size: int = Field(default=4, ge=1, description="Episodes per task (G); GRPO needs >= 2.")
+    epochs: int = Field(default=1, ge=1, description="Optimizer passes over each iteration's episodes.")
+    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate.")
+    clip_low: float = Field(default=0.2, ge=0, description="Ratio clip below 1 (epsilon_low).")
+    clip_high: float = Field(default=0.28, ge=0, description="Ratio clip above 1 (epsilon_high, clip-high).")
+    kl_coef: float = Field(default=0.0, ge=0, description="Weight of KL(policy || frozen reference); 0 = none.")
+    kl_kind: Literal["k1", "k2", "k3"] = Field(default="k3", description="KL estimator.")
+    scale_by_std: bool = Field(default=True, description="GRPO: divide group advantages by the group std.")
+    zero_std: Literal["drop", "keep"] | float = Field(
+        default="drop", description="GRPO groups whose returns are all equal: drop, keep, or a weight."
+    )
+    gamma: float = Field(default=1.0, ge=0, le=1, description="PPO discount per turn.")
+    lam: float = Field(default=0.95, ge=0, le=1, description="PPO GAE lambda.")
+    vf_coef: float = Field(default=0.5, ge=0, description="PPO value-loss weight.")
+    value_clip: float | None = Field(default=None, description="PPO value clip (reward units) or None.")
+    whiten_advantages: bool = Field(default=True, description="PPO: whiten advantages over the batch.")
+    mask_observations: bool = Field(
+        default=True,
+        description="Loss only on the policy's own tokens (correct). False reproduces the bug of training "
+        "on prompt and tool-observation tokens too (the masking ablation).",
+    )
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    max_new_tokens: int = Field(default=24, ge=1, description="Tokens per completion (per turn for agents).")
+    max_context: int = Field(default=1024, ge=16, description="Agent: context limit of an episode.")
+    rewards: Literal["dense", "sparse"] = Field(default="dense", description="Agent: reward table.")
+    max_steps: int = Field(default=6, ge=1, description="Agent: tool calls per episode.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
+    lora: LoraOptions | None = Field(default=None, description="Train LoRA adapters instead of all weights.")
+    rollout_backend: Backend = Field(
+        default="local", description="Rollout workers: 'local' processes, 'ray' actors, or 'inline'."
+    )
+    rollout_workers: int = Field(default=2, ge=1, le=64, description="Parallel rollout workers.")
+    episode_timeout_s: float = Field(
+        default=60.0, gt=0, description="Wall bound per episode; a chunk past it is dropped, not waited for."
+    )
+    sandbox_backend: Literal["forkserver", "subprocess", "docker"] = Field(
+        default="forkserver", description="Where the workers grade code."
+    )
+    checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints; 0 = only at end.")
+    seed: int = Field(default=0, ge=0, description="Seeds task draws and sampling (with the step number).")
+
+
+# --------------------------------------------------------------------------------------------- rollouts
+
+
+class Rollouts:
+    """Parallel episode collection: fixed chunks of whole groups over a worker pool."""
+
+    def __init__(self, model: Any, tokenizer: Any, config: RLConfig, run_dir: Path) -> None:
+        self.config = config
+        self.spec = WorkerSpec(
+            policy_dir=str(run_dir / "policy-base"),
+            lora=config.lora,
+            sandbox_backend=config.sandbox_backend,
+            rewards=config.rewards,
+            max_steps=config.max_steps,
+        )
+        self._inline = config.rollout_backend == "inline"
+        if self._inline:
+            shared = RolloutWorker(model, tokenizer, WorkerSpec(**{**self.spec.__dict__, "threads": 0}))
+            self.pool: WorkerPool = make_pool("inline", lambda: shared)
+        else:
+            self.pool = make_pool(config.rollout_backend, self.spec, size=config.rollout_workers)
+
+    def sync(self, model: Any) -> None:
+        """Send the learner's trained tensors to every worker (replayed on replacements)."""
+        if not self._inline:
+            self.pool.broadcast("set_weights", trainable_state(model), sticky=True)
+
+    def collect(self, tasks: Sequence[Any], seed: int) -> tuple[list[Trajectory | None], int]:
+        """``G`` episodes of each task, in order (None where a chunk was lost); and the lost count."""
+        cfg = self.config
+        groups = [g for g in range(len(tasks)) for _ in range(cfg.group_size)]
+        flat = [tasks[g] for g in groups]
+        n_chunks = 1 if self._inline else min(self.pool.size, len(tasks))
+        bounds = [round(i * len(tasks) / n_chunks) * cfg.group_size for i in range(n_chunks + 1)]
+        sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
+        chunks = [
+            Chunk(
+                mode=cfg.mode,
+                tasks=flat[a:b],
+                groups=groups[a:b],
+                sampling=sampling,
+                first_row=a,
+                max_context=cfg.max_context,
+                episode_timeout_s=cfg.episode_timeout_s,
+            )
+            for a, b in zip(bounds, bounds[1:], strict=False)
+            if b > a
+        ]
+        timeout = cfg.episode_timeout_s * 1.5 + 30.0
+        results: list[ChunkResult] = self.pool.map("run", chunks, timeout_s=timeout)
+        out: list[Trajectory | None] = []
+        lost = 0
+        for chunk, res in zip(chunks, results, strict=True):
+            if res.ok:
+                out.extend(res.value)
+            else:
+                _log.warning("lost a rollout chunk of %d episodes: %s", len(chunk.tasks), res.error)
+                out.extend([None] * len(chunk.tasks))
+                lost += len(chunk.tasks)
+        return out, lost
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+# -------------------------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class StepBatch:
+    """One iteration's usable episodes as tensors, with per-episode returns and GRPO group ids."""
+
+    trajs: list[Trajectory]
+    groups: torch.Tensor
+    returns: torch.Tensor
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    token_rewards: torch.Tensor
+
+
+def _complete_groups(trajs: list[Trajectory | None], group_size: int) -> list[Trajectory]:
+    """Keep only groups whose every episode came back (a lost chunk never leaves half a group)."""
+    kept: list[Trajectory] = []
+    for i in range(0, len(trajs), group_size):
+        group = trajs[i : i + group_size]
+        if all(t is not None for t in group):
+            kept.extend(t for t in group if t is not None)
+    return kept
+
+
+def build_batch(trajs: list[Trajectory], pad_id: int, mask_observations: bool = True) -> StepBatch:
+    """Pad episodes; the loss mask covers the policy's tokens (or, for the ablation, every real token)."""
+    packed = to_tensors(trajs, pad_id=pad_id, validate=False)
+    loss_mask = packed["loss_mask"].bool()
+    if not mask_observations:
+        loss_mask = packed["attention_mask"].bool().clone()
+        loss_mask[:, 0] = False  # position 0 has no context, so no log-prob
+    groups = torch.tensor([int(t.steps[-1].info["group"]) for t in trajs])
+    returns = torch.tensor([t.total_reward for t in trajs], dtype=torch.float32)
+    return StepBatch(
+        trajs=trajs,
+        groups=groups,
+        returns=returns,
+        input_ids=packed["input_ids"],
+        attention_mask=packed["attention_mask"],
+        loss_mask=loss_mask,
+        old_logprobs=packed["old_logprobs"],
+        token_rewards=packed["token_rewards"],
+    )
+
+
+def _grpo_advantages(batch: StepBatch, config: RLConfig) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Per-episode group-relative advantages, sequence weights, and the share of flat groups."""
+    adv = group_advantages(batch.returns, config.group_size, scale_by_std=config.scale_by_std)
+    weights = group_weights(adv.zero_std_groups, config.group_size, config.zero_std)
+    return adv.advantages, weights, float(adv.frac_zero_std)
+
+
+def _ref_logprobs(reference: Any, batch: StepBatch) -> torch.Tensor | None:
+    if reference is None:
+        return None
+    with torch.no_grad():
+        return forward_policy(reference, batch.input_ids, batch.attention_mask).logprobs
+
+
+def _old_logprobs(model: Any, batch: StepBatch, config: RLConfig) -> torch.Tensor:
+    """Sampling log-probs on action tokens; where the mask also covers other tokens (ablation), the
+    current policy's own log-probs (ratio 1 on the first epoch)."""
+    if config.mask_observations:
+        return batch.old_logprobs
+    with torch.no_grad():
+        current = forward_policy(model, batch.input_ids, batch.attention_mask).logprobs
+    sampled = to_tensors(batch.trajs, validate=False)["logprob_mask"].bool()
+    return torch.where(sampled, batch.old_logprobs, current)
+
+
+def update(
+    model: Any,
+    value_head: Any,
+    reference: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: StepBatch,
+    config: RLConfig,
+) -> dict[str, float]:
+    """The optimizer passes of one iteration (GRPO or PPO); returns the update's metrics."""
+    mask = batch.loss_mask
+    ref_logp = _ref_logprobs(reference, batch)
+    old_logp = _old_logprobs(model, batch, config)
+    metrics: dict[str, float] = {}
+    params = [p for p in model.parameters() if p.requires_grad]
+    if value_head is not None:
+        params += list(value_head.parameters())
+    if config.algo == "grpo":
+        seq_adv, weights, frac_flat = _grpo_advantages(batch, config)
+        metrics["train/frac_reward_zero_std"] = frac_flat
+        if float(weights.sum()) == 0.0:
+            metrics["train/skipped_update"] = 1.0
+            return metrics
+    else:
+        with torch.no_grad():
+            old_values = forward_policy(model, batch.input_ids, batch.attention_mask, value_head).values
+        assert old_values is not None
+        rewards = torch.where(batch.loss_mask, batch.token_rewards, torch.zeros_like(batch.token_rewards))
+        tok_adv, tok_ret = gae(rewards, old_values, batch.loss_mask, config.gamma, config.lam, None, "turn")
+    model.train()
+    for _ in range(config.epochs):
+        out = forward_policy(model, batch.input_ids, batch.attention_mask, value_head)
+        if config.algo == "grpo":
+            terms: Any = grpo_loss(
+                out.logprobs,
+                old_logp,
+                ref_logp,
+                seq_adv,
+                mask,
+                kl_coef=config.kl_coef,
+                clip_low=config.clip_low,
+                clip_high=config.clip_high,
+                kl_kind=config.kl_kind,
+                seq_weights=weights,
+            )
+        else:
+            assert out.values is not None
+            terms = ppo_loss(
+                out.logprobs,
+                old_logp,
+                tok_adv,
+                out.values,
+                old_values,
+                tok_ret,
+                mask,
+                entropy=out.entropy,
+                ref_logp=ref_logp,
+                clip_low=config.clip_low,
+                clip_high=config.clip_high,
+                value_clip=config.value_clip,
+                vf_coef=config.vf_coef,
+                kl_coef=config.kl_coef,
+                kl_kind=config.kl_kind,
+                whiten_advantages=config.whiten_advantages,
+            )
+        optimizer.zero_grad()
+        terms.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        entropy = masked_mean(out.entropy, mask)
+    metrics.update(
+        {
+            "loss/total": terms.loss.item(),
+            "loss/policy": terms.policy_loss.item(),
+            "kl/ref": terms.kl.item(),
+            "train/clip_frac": terms.clip_frac.item(),
+            "train/entropy": float(entropy),
+            "train/grad_norm": float(grad_norm),
+        }
+    )
+    if config.algo == "ppo":
+        metrics["loss/value"] = terms.value_loss.item()
+    return metrics
+
+
+def rollout_metrics(trajs: list[Trajectory], lost: int, total: int) -> dict[str, float]:
+    """Success rate, return and its named components, episode length, lost episodes."""
+    if not trajs:
+        return {"rollout/lost_episodes": float(lost)}
+    n = len(trajs)
+    components: dict[str, float] = {}
+    for t in trajs:
+        for rec in t.steps:
+            for name, value in rec.reward_components.items():
+                components[name] = components.get(name, 0.0) + value
+    metrics = {
+        "rollout/success_rate": sum(episode_success(t) for t in trajs) / n,
+        "rollout/return": sum(t.total_reward for t in trajs) / n,
+        "rollout/steps": sum(len(t.steps) for t in trajs) / n,
+        "rollout/episodes": float(n),
+        "rollout/lost_episodes": float(lost),
+        "rollout/action_tokens": float(sum(len(r.action_ids) for t in trajs for r in t.steps)),
+    }
+    metrics.update({f"reward/{k}": v / n for k, v in sorted(components.items())})
+    return metrics
+
+
+def draw_tasks(tasks: Sequence[Any], config: RLConfig, step: int) -> list[Any]:
+    """The iteration's tasks, a function of (seed, step) only: a resumed run draws the same ones."""
+    rng = random.Random(config.seed * 1_000_003 + step)
+    return [tasks[rng.randrange(len(tasks))] for _ in range(config.tasks_per_step)]
+
+
+def step_seed(config: RLConfig, step: int) -> int:
+    """The sampling seed of an iteration (rows add their index; agent turns add more)."""
+    return (config.seed * 7_919 + step * 104_729) % (2**31 - 1)
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(path: Path, step: int, model: Any, value_head: Any, optimizer: Any) -> None:
+    """Atomically write what exact resume needs: trained tensors, value head, optimizer, step."""
+    import io
+
+    state = {
+        "step": step,
+        "model": trainable_state(model),
+        "value_head": value_head.state_dict() if value_head is not None else None,
+        "optimizer": optimizer.state_dict(),
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: Path, model: Any, value_head: Any, optimizer: Any) -> int:
+    """Restore a checkpoint written by :func:`save_checkpoint`; returns the last finished step."""
+    from transferlab.coding_rl.policies.adapters import load_trainable_state
+
+    state = torch.load(path, weights_only=True)
+    load_trainable_state(model, state["model"])
+    if value_head is not None:
+        if state["value_head"] is None:
+            raise ValueError(f"{path} has no value head; it was written by a GRPO run, not PPO")
+        value_head.load_state_dict(state["value_head"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
+# ---------------------------------------------------------------------------------------------- train
+
+
+@dataclass
+class RLResult:
+    """What :func:`train_rl` returns: the trained model (peft-wrapped with LoRA) and per-step metrics."""
+
+    model: Any
+    value_head: Any
+    history: list[dict[str, float]]
+    start_step: int
+
+
+StepHook = Callable[[int, Any], dict[str, float] | None]
+
+
+def _prepare(model: Any, tokenizer: Any, config: RLConfig, run_dir: Path) -> tuple[Any, Any, Any]:
+    """Save the base policy for the workers, add LoRA / value head, and freeze a reference."""
+    from transferlab.coding_rl.policies.model import save_policy
+
+    if not (run_dir / "policy-base" / "config.json").exists():
+        save_policy(model, tokenizer, run_dir / "policy-base")
+    reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
+    if reference is not None:
+        for p in reference.parameters():
+            p.requires_grad_(False)
+    if config.lora is not None:
+        model = config.lora.apply(model)
+    value_head = ValueHead(model) if config.algo == "ppo" else None
+    return model, value_head, reference
+
+
+def train_rl(
+    model: Any,
+    tokenizer: Any,
+    tasks: Sequence[Any],
+    config: RLConfig,
+    run_dir: str | Path,
+    logger: MetricsLogger | None = None,
+    *,
+    resume: bool = False,
+    on_step: StepHook | None = None,
+    step_offset: int = 0,
+    stop_after: int | None = None,
+) -> RLResult:
+    """Train ``model`` with GRPO or PPO on ``tasks`` (CodeTasks for mode 'code', RepoTasks for 'agent').
+
+    ``run_dir`` receives ``policy-base/`` (what the workers load) and ``checkpoint.pt``. With
+    ``resume=True`` and a checkpoint there, training continues after its step — same tasks, same
+    samples, same updates as an uninterrupted run. ``on_step(step, model)`` runs after each update
+    (e.g. a held-out evaluation) and its metrics are logged. ``stop_after`` ends the call after that
+    many iterations (to simulate a kill in tests). Metrics are logged at ``step_offset + step``.
+    """
+    if config.algo == "grpo" and config.group_size < 2:
+        raise ValueError("GRPO compares episodes within a group: set group_size >= 2")
+    if not tasks:
+        raise ValueError("no tasks to train on")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model, value_head, reference = _prepare(model, tokenizer, config, run_dir)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if value_head is not None:
+        params += list(value_head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=config.lr)
+    start = 0
+    ckpt = run_dir / CHECKPOINT_FILE
+    if resume and ckpt.exists():
+        start = load_checkpoint(ckpt, model, value_head, optimizer) + 1
+        _log.info("resuming from %s after step %d", ckpt, start - 1)
+        if logger is not None and hasattr(logger, "drop_after"):
+            logger.drop_after(step_offset + start - 1)
+    history: list[dict[str, float]] = []
+    rollouts = Rollouts(model, tokenizer, config, run_dir)
+    model.eval()
+    try:
+        end = config.steps if stop_after is None else min(config.steps, start + stop_after)
+        for step in range(start, end):
+            t0 = time.perf_counter()
+            # 1. rollouts in the workers, on the current weights
+            rollouts.sync(model)
+            chosen = draw_tasks(tasks, config, step)
+            raw, lost = rollouts.collect(chosen, step_seed(config, step))
+            t_roll = time.perf_counter()
+            trajs = _complete_groups(raw, config.group_size)
+            metrics = rollout_metrics(trajs, lost, len(raw))
+            # 2. advantages and the clipped update, loss only on the policy's tokens
+            if trajs:
+                batch = build_batch(trajs, tokenizer.pad_token_id, config.mask_observations)
+                metrics.update(update(model, value_head, reference, optimizer, batch, config))
+            t_end = time.perf_counter()
+            policy_s = sum(r.timings.get("policy_s", 0.0) for t in trajs for r in t.steps)
+            sandbox_s = sum(r.timings.get("sandbox_s", 0.0) for t in trajs for r in t.steps)
+            metrics.update(
+                {
+                    "time/step_s": t_end - t0,
+                    "time/rollout_s": t_roll - t0,
+                    "time/update_s": t_end - t_roll,
+                    "time/generation_share": policy_s / max(policy_s + sandbox_s, 1e-9),
+                    "time/sandbox_share": sandbox_s / max(policy_s + sandbox_s, 1e-9),
+                    "time/tokens_per_s": metrics.get("rollout/action_tokens", 0.0) / max(t_end - t0, 1e-9),
+                    "time/episodes_per_s": len(trajs) / max(t_end - t0, 1e-9),
+                }
+            )
+            if on_step is not None:
+                metrics.update(on_step(step, model) or {})
+            history.append(metrics)
+            if logger is not None:
+                logger.log(step_offset + step, {k: v for k, v in metrics.items() if math.isfinite(v)})
+            if config.checkpoint_every and ((step + 1) % config.checkpoint_every == 0 or step + 1 == end):
+                save_checkpoint(ckpt, step, model, value_head, optimizer)
+                if logger is not None:
+                    logger.flush()
+    finally:
+        rollouts.close()
+    return RLResult(model=model, value_head=value_head, history=history, start_step=start)
