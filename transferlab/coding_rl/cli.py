@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from transferlab.coding_rl.experiments.cli import app as experiment_app
 from transferlab.coding_rl.rollout_cli import rollout
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ tasks_app = typer.Typer(
 )
 app.add_typer(tasks_app, name="tasks")
 app.command("rollout")(rollout)
+app.add_typer(experiment_app, name="experiment")
 
 WorkersOption = Annotated[
     int, typer.Option("--workers", "-w", min=1, max=64, help="Sandboxes that run jobs in parallel.")

@@ -296,67 +296,30 @@ def coding_agents(ctx: DemoContext) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- coding: training a policy
 
-DEMO_SFT_STEPS = 200
-DEMO_GRPO_STEPS = 10
-
 
 def coding_training(ctx: DemoContext) -> dict[str, Any]:
-    """A tiny policy from scratch: SFT then GRPO on toy code tasks; held-out success before and after."""
-    import torch
+    """A tiny policy from scratch: SFT on imperfect demonstrations, then GRPO against the sandbox;
+    held-out success before and after (the `learn` experiment's demo preset, one seed)."""
+    from transferlab.coding_rl.experiments.learn import run_learn
+    from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
 
-    from transferlab.coding_rl.policies.model import TinyPolicyConfig
-    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
-    from transferlab.coding_rl.sandbox.verifier import Verifier
-    from transferlab.coding_rl.tasks.toy import toy_solution, toy_tasks
-    from transferlab.coding_rl.trainers.code_rl import (
-        GRPOConfig,
-        SFTConfig,
-        evaluate,
-        sandbox_reward,
-        train_grpo,
-        train_sft,
-    )
-
-    console, run = ctx.console, ctx.run
-    torch.set_num_threads(1)  # the sandbox workers use the other core
-    train, held = toy_tasks()
-    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train + held] * 20
-    tokenizer = train_tokenizer(texts, vocab_size=300, seed=0)
-    model = TinyPolicyConfig(n_layer=2, d_model=64, n_head=4, max_positions=128, seed=0).create(tokenizer)
-    sandbox, config, _ = open_sandbox(ctx.config.backend, console)
-    verifier = Verifier(sandbox, config)
-    summary: dict[str, Any] = {"train_tasks": len(train), "held_out_tasks": len(held)}
-    try:
-        summary["held_out_success_untrained"] = evaluate(model, tokenizer, held, verifier)
-        with console.status(f"SFT: {DEMO_SFT_STEPS} steps on {len(train)} demonstrations"):
-            train_sft(
-                model,
-                tokenizer,
-                [(t, toy_solution(t)) for t in train],
-                SFTConfig(steps=DEMO_SFT_STEPS, batch_size=16),
-                run.logger,
-            )
-        summary["held_out_success_sft"] = evaluate(model, tokenizer, held, verifier)
-        with console.status(f"GRPO: {DEMO_GRPO_STEPS} steps, 8 tasks x 4 samples, rewards from the sandbox"):
-            train_grpo(
-                model,
-                tokenizer,
-                train,
-                sandbox_reward(verifier),
-                GRPOConfig(steps=DEMO_GRPO_STEPS, tasks_per_step=8, group_size=4, lr=5e-4),
-                run.logger,
-                step_offset=DEMO_SFT_STEPS,
-            )
-        summary["held_out_success_sft_grpo"] = evaluate(model, tokenizer, held, verifier)
-    finally:
-        sandbox.close()
-    console.print(
-        f"held-out success (greedy, {len(held)} toy tasks): untrained "
-        f"{summary['held_out_success_untrained']:.0%} -> SFT {summary['held_out_success_sft']:.0%} -> "
-        f"SFT + GRPO {summary['held_out_success_sft_grpo']:.0%}",
+    config = LEARN_PRESETS["demo"].model_copy(update={"backend": ctx.config.backend})
+    summary = run_learn(config, ctx.config.runs_root, console=ctx.console)
+    stages = summary["stages"]
+    ctx.console.print(
+        f"held-out success (sampled, {summary['held_out_tasks']} toy tasks): untrained "
+        f"{stages['untrained']['sampled']['estimate']:.0%} -> SFT {stages['sft']['sampled']['estimate']:.0%} "
+        f"-> SFT + GRPO {stages['grpo']['sampled']['estimate']:.0%}",
         highlight=False,
     )
-    return summary
+    ctx.console.print(summary["vs_sft"]["grpo"]["verdict"], highlight=False)
+    return {
+        "held_out_success_untrained": stages["untrained"]["sampled"]["estimate"],
+        "held_out_success_sft": stages["sft"]["sampled"]["estimate"],
+        "held_out_success_sft_grpo": stages["grpo"]["sampled"]["estimate"],
+        "verdict": summary["vs_sft"]["grpo"]["verdict"],
+        "run_dir": summary["run_dir"],
+    }
 
 
 SECTIONS: list[DemoSection] = [

@@ -37,7 +37,7 @@ class LoraOptions(BaseConfig):
     """LoRA through peft: low-rank adapters on the linear layers; the base weights stay frozen."""
 
     r: int = Field(default=8, ge=1, le=1024, description="Adapter rank.")
-    alpha: float = Field(default=16.0, gt=0, description="Scaling numerator (scale = alpha / r).")
+    alpha: int = Field(default=16, gt=0, description="Scaling numerator (scale = alpha / r).")
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapter input.")
     target_modules: list[str] | str = Field(
         default="all-linear",
@@ -112,7 +112,7 @@ def _value_head_class() -> type:
     return _ValueHead
 
 
-def ValueHead(model_or_size: Any) -> Any:  # noqa: N802 - a factory that reads like a class
+def ValueHead(model_or_size: Any) -> Any:
     """A value head sized for ``model`` (or a hidden size); starts predicting 0 everywhere."""
     size = model_or_size if isinstance(model_or_size, int) else _hidden_size(model_or_size)
     return _value_head_class()(size)

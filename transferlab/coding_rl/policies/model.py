@@ -193,7 +193,9 @@ def load_policy(
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a bar per load is noise for our small local checkpoints
     path = Path(path_or_dir).expanduser()
     if not path.exists():
         raise _not_found(path, "the path does not exist")
@@ -225,6 +227,9 @@ def save_policy(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: str | os.PathLike[str]
 ) -> Path:
     """Write model (safetensors) and tokenizer to ``directory`` for :func:`load_policy`; returns it."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

@@ -133,7 +133,7 @@ def toy_repo_task(op: str, k: int, bug_seed: int = 0) -> RepoTask:
         entry_point="f",
         dev_tests=dev,
         hidden_tests=[case(x) for x in INPUTS[3:]],
-        issue=f"f is wrong. {task.task_description}",
+        issue=f"f(x) is wrong: it should return {reference.removeprefix('return ')}.",
         group=f"toy/{op}-{k}",
         bug=BugInfo(operator="toy", line=2, before=f"    {reference}", after=f"    {wrong}"),
         time_limit_s=1.0,
@@ -143,7 +143,7 @@ def toy_repo_task(op: str, k: int, bug_seed: int = 0) -> RepoTask:
 
 def _eval(body: str, x: int) -> object:
     namespace: dict[str, object] = {}
-    exec(_module(body), namespace)  # noqa: S102 - our own generated one-liner
+    exec(_module(body), namespace)
     return namespace["f"](x)  # type: ignore[operator]
 
 

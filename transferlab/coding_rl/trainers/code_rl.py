@@ -1,10 +1,13 @@
-"""Single-step code RL: prompt = description + signature, completion = the function body.
+"""Single-step code RL in one process, with rewards as plain functions (TRL's shape).
 
-Two loops, each readable top to bottom (cleanrl style):
-
-- :func:`train_sft` — supervised fine-tuning on demonstration bodies, loss only on completion tokens;
-- :func:`train_grpo` — G completions per task, the sandbox grades them (seed 000's reward), group-
-  relative advantages, clipped objective with separate low/high clip, optional KL to a frozen reference.
+- :func:`train_sft` — supervised fine-tuning on (task, body) pairs, loss only on the body's tokens
+  (a thin front to :func:`transferlab.coding_rl.trainers.demos.train_sft`);
+- :func:`train_grpo` — G completions per task, ``reward_fn`` scores them (by default the sandbox:
+  :func:`sandbox_reward`), group-relative advantages, clipped objective with separate low/high clip,
+  optional KL to a frozen reference. No worker processes, no checkpoints: the smallest GRPO step,
+  and the one ``benchmarks/trainer_throughput.py`` compares with TRL's ``GRPOTrainer``. The full
+  trainer — PPO, multi-turn agents, parallel rollout workers, LoRA, resume — is
+  :func:`transferlab.coding_rl.trainers.rl.train_rl`.
 
 I/O is injected: a metrics logger, and optionally a run directory for checkpoints. The math lives in
 :mod:`transferlab.coding_rl.trainers.losses`.
@@ -24,23 +27,14 @@ import torch
 from pydantic import Field
 
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate, sequence_logprobs
-from transferlab.coding_rl.policies.tokenizer import encode_chat
 from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask
-from transferlab.coding_rl.trainers.losses import group_advantages, group_weights, grpo_loss, sft_loss
+from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration
+from transferlab.coding_rl.trainers.demos import train_sft as train_trajectories
+from transferlab.coding_rl.trainers.losses import group_advantages, group_weights, grpo_loss
+from transferlab.coding_rl.trainers.rollout_worker import candidate_source, code_prompt_ids
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.metrics import MetricsLogger
-
-
-def code_prompt_ids(tokenizer: Any, task: CodeTask) -> list[int]:
-    """The prompt: the description and signature as a user turn, then the assistant's turn opens."""
-    content = f"{task.task_description}\n{task.function_signature}"
-    return encode_chat(tokenizer, [{"role": "user", "content": content}], add_generation_prompt=True)
-
-
-def candidate_source(task: CodeTask, body: str) -> str:
-    """What the sandbox runs: the signature followed by the policy's body."""
-    return f"{task.function_signature}\n{body.rstrip()}\n"
 
 
 @dataclass
@@ -79,17 +73,6 @@ def pack(
 # --------------------------------------------------------------------------------------------------- SFT
 
 
-class SFTConfig(BaseConfig):
-    """Supervised fine-tuning on demonstration completions."""
-
-    steps: int = Field(default=200, ge=1, description="Optimizer steps.")
-    batch_size: int = Field(default=16, ge=1, description="Demonstrations per step.")
-    lr: float = Field(default=3e-3, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
-    grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
-    seed: int = Field(default=0, ge=0, description="Seeds batch sampling.")
-
-
 def train_sft(
     model: Any,
     tokenizer: Any,
@@ -99,29 +82,8 @@ def train_sft(
     step_offset: int = 0,
 ) -> list[float]:
     """SFT on (task, body) pairs; the loss counts only the body's tokens (and the closing <|im_end|>)."""
-    rng = random.Random(config.seed)
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    encoded = [
-        (code_prompt_ids(tokenizer, t), [*tokenizer.encode(body, add_special_tokens=False), end])
-        for t, body in demos
-    ]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    model.train()
-    losses = []
-    for step in range(config.steps):
-        chosen = [encoded[rng.randrange(len(encoded))] for _ in range(config.batch_size)]
-        batch = pack([p for p, _ in chosen], [c for _, c in chosen], None, tokenizer.pad_token_id)
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        terms = sft_loss(logits, batch.input_ids, batch.completion_mask)
-        optimizer.zero_grad()
-        terms.loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        losses.append(terms.loss.item())
-        if logger is not None:
-            logger.log(step_offset + step, {"sft/loss": losses[-1], "sft/grad_norm": grad_norm.item()})
-    model.eval()
-    return losses
+    trajectories = [code_demonstration(tokenizer, t, body, i) for i, (t, body) in enumerate(demos)]
+    return train_trajectories(model, tokenizer, trajectories, config, logger, step_offset)
 
 
 # -------------------------------------------------------------------------------------------------- GRPO

@@ -22,6 +22,7 @@ The loss math lives in :mod:`.losses`; rollouts in :mod:`.rollout_worker` hosted
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import math
 import random
@@ -42,14 +43,20 @@ from transferlab.coding_rl.policies.adapters import (
 )
 from transferlab.coding_rl.policies.generation import SamplingConfig
 from transferlab.coding_rl.trainers.losses import (
+    gae,
     group_advantages,
     group_weights,
     grpo_loss,
     masked_mean,
     ppo_loss,
-    gae,
 )
-from transferlab.coding_rl.trainers.rollout_worker import Chunk, Mode, RolloutWorker, WorkerSpec, episode_success
+from transferlab.coding_rl.trainers.rollout_worker import (
+    Chunk,
+    Mode,
+    RolloutWorker,
+    WorkerSpec,
+    episode_success,
+)
 from transferlab.coding_rl.trainers.workers import Backend, ChunkResult, WorkerPool, make_pool
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_bytes
@@ -75,7 +82,9 @@ class RLConfig(BaseConfig):
     lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate.")
     clip_low: float = Field(default=0.2, ge=0, description="Ratio clip below 1 (epsilon_low).")
     clip_high: float = Field(default=0.28, ge=0, description="Ratio clip above 1 (epsilon_high, clip-high).")
-    kl_coef: float = Field(default=0.0, ge=0, description="Weight of KL(policy || frozen reference); 0 = none.")
+    kl_coef: float = Field(
+        default=0.0, ge=0, description="Weight of KL(policy || frozen reference); 0 = none."
+    )
     kl_kind: Literal["k1", "k2", "k3"] = Field(default="k3", description="KL estimator.")
     scale_by_std: bool = Field(default=True, description="GRPO: divide group advantages by the group std.")
     zero_std: Literal["drop", "keep"] | float = Field(
@@ -157,7 +166,7 @@ class Rollouts:
                 max_context=cfg.max_context,
                 episode_timeout_s=cfg.episode_timeout_s,
             )
-            for a, b in zip(bounds, bounds[1:], strict=False)
+            for a, b in itertools.pairwise(bounds)
             if b > a
         ]
         timeout = cfg.episode_timeout_s * 1.5 + 30.0
@@ -274,8 +283,9 @@ def update(
             return metrics
     else:
         with torch.no_grad():
-            old_values = forward_policy(model, batch.input_ids, batch.attention_mask, value_head).values
-        assert old_values is not None
+            values = forward_policy(model, batch.input_ids, batch.attention_mask, value_head).values
+        assert values is not None
+        old_values: torch.Tensor = values
         rewards = torch.where(batch.loss_mask, batch.token_rewards, torch.zeros_like(batch.token_rewards))
         tok_adv, tok_ret = gae(rewards, old_values, batch.loss_mask, config.gamma, config.lam, None, "turn")
     model.train()

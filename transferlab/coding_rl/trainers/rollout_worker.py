@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from transferlab.coding_rl.policies.adapters import LoraOptions, load_trainable_state
@@ -113,7 +112,7 @@ class RolloutWorker:
 
             if self._sandbox is None:
                 self._sandbox, config, _ = open_backend(
-                    SandboxConfig(backend=self.spec.sandbox_backend, workers=1)  # type: ignore[arg-type]
+                    SandboxConfig(backend=self.spec.sandbox_backend, workers=1)
                 )
             else:
                 config = None

@@ -1,0 +1,96 @@
+"""Book-keeping every coding experiment shares: a run directory of arms, resume, progress, the report.
+
+An experiment is a run in the run store (``runs/<experiment>/<run-id>/``) whose arms — one trained
+policy each, e.g. ``grpo-seed1`` — live in ``arms/<name>/`` with their own ``metrics.parquet``, RL
+checkpoint and ``result.json``. Re-running with ``--resume RUN_DIR`` skips the arms that have a
+result and resumes the one that was interrupted from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.io import atomic_write_json
+from transferlab.platform.metrics import ParquetLogger
+from transferlab.platform.reports import Report, ReportPaths
+from transferlab.platform.runstore import Run, RunStore
+
+C = TypeVar("C", bound=BaseConfig)
+
+
+class Experiment:
+    """One experiment run: arms with results, progress display, and where the report goes."""
+
+    def __init__(self, run: Run, console: Console | None = None) -> None:
+        self.run = run
+        self.console = console or Console()
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+
+    @classmethod
+    def open(
+        cls, name: str, config: C, runs_root: Path, resume: Path | None, console: Console | None = None
+    ) -> tuple[Experiment, C]:
+        """A new run of ``name``, or the run at ``resume`` with its saved config (which wins)."""
+        if resume is None:
+            run = RunStore(runs_root).create_run(name, config)
+            return cls(run, console), config
+        run = RunStore(runs_root).open_path(resume)
+        saved = run.load_config(type(config))
+        run.update_meta(status="running")
+        return cls(run, console), saved
+
+    def arm_dir(self, arm: str) -> Path:
+        path = self.run.dir / "arms" / arm
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def arm_logger(self, arm: str) -> ParquetLogger:
+        """A metrics logger for one arm (``arms/<arm>/metrics.parquet``; appends on resume)."""
+        return ParquetLogger(self.arm_dir(arm) / "metrics.parquet", flush_every=20)
+
+    def result(self, arm: str) -> dict[str, Any] | None:
+        """The saved result of a finished arm, or None."""
+        path = self.run.dir / "arms" / arm / "result.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def save_result(self, arm: str, result: dict[str, Any]) -> None:
+        atomic_write_json(self.arm_dir(arm) / "result.json", result)
+
+    def arm(self, name: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The arm's saved result, or compute, save and return it."""
+        done = self.result(name)
+        if done is not None:
+            return done
+        result = compute()
+        self.save_result(name, result)
+        return result
+
+    def write_report(self, report: Report, copy_to: Path | None) -> ReportPaths:
+        """Write the report into the run directory, and copy it to ``copy_to`` (e.g. docs/results/x)."""
+        paths = report.write(self.run.dir / "report")
+        if copy_to is not None:
+            copy_to.mkdir(parents=True, exist_ok=True)
+            report.write(copy_to)
+            self.console.print(f"report: {copy_to / paths.markdown.name}", highlight=False)
+        self.console.print(f"run directory: {self.run.dir}", highlight=False)
+        return paths
+
+
+def clear_arm(run_dir: Path, arm: str) -> None:
+    """Forget an arm (its result and checkpoint) so the next resume recomputes it."""
+    shutil.rmtree(run_dir / "arms" / arm, ignore_errors=True)

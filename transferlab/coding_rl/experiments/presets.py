@@ -1,0 +1,57 @@
+"""Named settings of the coding experiments.
+
+* ``cpu`` — what produced the reports in docs/results (minutes to tens of minutes on 2 cores);
+* ``smoke`` — the same pipelines in a minute or two, for tests and a first look; its numbers mean
+  nothing.
+"""
+
+from __future__ import annotations
+
+from transferlab.coding_rl.experiments.agent import AgentExperimentConfig
+from transferlab.coding_rl.experiments.learn import LearnConfig
+from transferlab.coding_rl.policies.model import TinyPolicyConfig
+from transferlab.coding_rl.trainers.demos import SFTConfig
+from transferlab.coding_rl.trainers.rl import RLConfig
+
+LEARN_PRESETS: dict[str, LearnConfig] = {
+    "cpu": LearnConfig(),
+    "demo": LearnConfig(
+        seeds=[0],
+        algos=["grpo"],
+        rl=RLConfig(steps=40, tasks_per_step=8, group_size=4, lr=5e-4, checkpoint_every=10),
+        curve_every=0,
+    ),
+    "smoke": LearnConfig(
+        seeds=[0],
+        operations=["add", "sub"],
+        policy=TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=128),
+        sft=SFTConfig(steps=10, batch_size=8),
+        rl=RLConfig(steps=2, tasks_per_step=2, group_size=2, checkpoint_every=1, rollout_workers=1),
+        eval_samples=2,
+        curve_every=1,
+    ),
+}
+
+AGENT_PRESETS: dict[str, AgentExperimentConfig] = {
+    "cpu": AgentExperimentConfig(),
+    "smoke": AgentExperimentConfig(
+        seeds=[0],
+        operations=["add", "sub"],
+        demo_tasks=4,
+        policy=TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=512),
+        sft=SFTConfig(steps=5, batch_size=4),
+        rl=RLConfig(
+            mode="agent",
+            steps=2,
+            tasks_per_step=2,
+            group_size=2,
+            max_new_tokens=16,
+            max_context=512,
+            max_steps=3,
+            checkpoint_every=1,
+            rollout_workers=1,
+        ),
+        eval_episodes=1,
+        smooth=1,
+    ),
+}

@@ -1,0 +1,136 @@
+"""Demonstrations as trajectories, and SFT on them with the loss only on the policy's tokens.
+
+A demonstration is stored exactly like a rollout (:class:`~transferlab.platform.trajectory.Trajectory`):
+the prompt and observation ids are what the policy would see, the action ids are what it should
+write. :func:`train_sft` packs them with :func:`~transferlab.platform.trajectory.to_tensors` and
+trains on ``loss_mask`` — action tokens only, never the issue, the file contents or the test output.
+
+* :func:`code_demonstration` — single-step: the task's prompt, then the body and ``<|im_end|>``;
+* :func:`scripted_demonstration` — multi-turn: a plan of tool calls played through
+  `transferlab/CodeRepair-v0`, each observation tokenised with
+  :func:`~transferlab.coding_rl.policies.tokenizer.observation_ids` as the rollouts do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from transferlab.coding_rl.policies.tokenizer import IM_END, encode_chat, observation_ids
+from transferlab.coding_rl.tasks.code_task import CodeTask
+from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.coding_rl.trainers.losses import sft_loss
+from transferlab.coding_rl.trainers.rollout_worker import code_prompt_ids
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.metrics import MetricsLogger
+from transferlab.platform.trajectory import StepRecord, Trajectory, to_tensors
+
+
+def _action_ids(tokenizer: Any, text: str) -> list[int]:
+    return [*tokenizer.encode(text, add_special_tokens=False), tokenizer.convert_tokens_to_ids(IM_END)]
+
+
+def _demo_id(*parts: object) -> str:
+    return hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def code_demonstration(tokenizer: Any, task: CodeTask, body: str, index: int = 0) -> Trajectory:
+    """One single-step demonstration: the prompt of ``task`` and ``body`` as the policy's answer."""
+    step = StepRecord(
+        episode_id=_demo_id(task.task_id, body, index),
+        step=0,
+        task_id=task.task_id,
+        domain="coding",
+        action_text=body,
+        action_ids=_action_ids(tokenizer, body),
+        observation_text="",
+        observation_ids=[],
+        reward=0.0,
+        terminated=True,
+        info={"source": "demonstration"},
+        prompt_text=f"{task.task_description}\n{task.function_signature}",
+        prompt_ids=code_prompt_ids(tokenizer, task),
+    )
+    return Trajectory([step]).validate()
+
+
+def scripted_demonstration(env: Any, task: RepoTask, plan: Sequence[str], tokenizer: Any) -> Trajectory:
+    """Play ``plan`` (tool-call texts) in ``env`` on ``task``; record it as the policy would have."""
+    intro, _ = env.reset(seed=0, options={"task": task})
+    steps: list[StepRecord] = []
+    for k, action in enumerate(plan):
+        obs, reward, terminated, truncated, info = env.step(action)
+        steps.append(
+            StepRecord(
+                episode_id=_demo_id(task.task_id, *plan),
+                step=k,
+                task_id=task.task_id,
+                domain="coding",
+                action_text=action,
+                action_ids=_action_ids(tokenizer, action),
+                observation_text=obs,
+                observation_ids=observation_ids(tokenizer, obs, role="tool", ended=True),
+                reward=float(reward),
+                reward_components=dict(info["components"]),
+                terminated=bool(terminated),
+                truncated=bool(truncated),
+                info={"source": "demonstration", "success": info.get("success")},
+                prompt_text=intro if k == 0 else "",
+                prompt_ids=(
+                    encode_chat(tokenizer, [{"role": "user", "content": intro}], add_generation_prompt=True)
+                    if k == 0
+                    else []
+                ),
+            )
+        )
+        if terminated or truncated:
+            break
+    return Trajectory(steps).validate()
+
+
+class SFTConfig(BaseConfig):
+    """Supervised fine-tuning on demonstrations, loss only on the policy's tokens."""
+
+    steps: int = Field(default=200, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(default=16, ge=1, description="Demonstrations per step.")
+    lr: float = Field(default=3e-3, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
+    seed: int = Field(default=0, ge=0, description="Seeds batch sampling.")
+
+
+def train_sft(
+    model: Any,
+    tokenizer: Any,
+    demos: Sequence[Trajectory],
+    config: SFTConfig,
+    logger: MetricsLogger | None = None,
+    step_offset: int = 0,
+) -> list[float]:
+    """SFT on demonstration trajectories (single- or multi-turn); returns the loss per step."""
+    if not demos:
+        raise ValueError("no demonstrations to train on")
+    rng = random.Random(config.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    model.train()
+    losses = []
+    for step in range(config.steps):
+        chosen = [demos[rng.randrange(len(demos))] for _ in range(config.batch_size)]
+        batch = to_tensors(chosen, pad_id=tokenizer.pad_token_id, validate=False)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        terms = sft_loss(logits, batch["input_ids"], batch["loss_mask"])
+        optimizer.zero_grad()
+        terms.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+        optimizer.step()
+        losses.append(terms.loss.item())
+        if logger is not None:
+            logger.log(step_offset + step, {"sft/loss": losses[-1], "sft/grad_norm": float(grad_norm)})
+    model.eval()
+    return losses

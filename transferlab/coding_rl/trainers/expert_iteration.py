@@ -1,0 +1,147 @@
+"""Expert iteration (seed 000's iterative data generation: model v1 makes the data for v2).
+
+Each round::
+
+    episodes  = the current policy on every training task, ``samples_per_task`` times
+    verified  = the episodes the verifier passed (every developer and hidden test), deduplicated
+    data     += verified                          # the SFT set grows with the policy's own successes
+    policy    = SFT(policy, data)                 # loss only on the policy's tokens, as always
+
+Successes are *validated* before they join: single-step completions are graded by the sandbox
+verifier on hidden tests, agent episodes count only when their ``submit`` passed the verifier, and
+the trajectory itself is re-checked (:meth:`~transferlab.platform.trajectory.Trajectory.validate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from transferlab.coding_rl.policies.generation import SamplingConfig
+from transferlab.coding_rl.trainers.demos import SFTConfig, train_sft
+from transferlab.coding_rl.trainers.rollout_worker import (
+    Chunk,
+    Mode,
+    RolloutWorker,
+    WorkerSpec,
+    episode_success,
+)
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.metrics import MetricsLogger
+from transferlab.platform.trajectory import Trajectory
+
+
+class ExpertIterationConfig(BaseConfig):
+    """Rounds of: sample, keep verified successes, fine-tune on the growing set."""
+
+    rounds: int = Field(default=3, ge=1, description="Sample-filter-train rounds.")
+    samples_per_task: int = Field(default=4, ge=1, description="Episodes per training task per round.")
+    mode: Mode = Field(default="code", description="'code' single-step tasks or 'agent' CodeRepair-v0.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    max_new_tokens: int = Field(default=24, ge=1, description="Tokens per completion (per turn for agents).")
+    max_context: int = Field(default=1024, ge=16, description="Agent: context limit.")
+    max_steps: int = Field(default=6, ge=1, description="Agent: tool calls per episode.")
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(steps=100, batch_size=16, lr=1e-3), description="SFT per round."
+    )
+    seed: int = Field(default=0, ge=0, description="Seeds sampling (with the round) and SFT batches.")
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """One round: the policy's success when sampling, what joined the data, the data's size."""
+
+    round: int
+    success_rate: float
+    new_trajectories: int
+    data_size: int
+    sft_loss: float
+
+
+def _key(traj: Trajectory) -> tuple[str, tuple[int, ...]]:
+    return traj.steps[0].task_id, tuple(i for rec in traj.steps for i in rec.action_ids)
+
+
+def verified_successes(trajs: Sequence[Trajectory]) -> list[Trajectory]:
+    """Episodes the verifier passed whose records are valid; each distinct (task, actions) once."""
+    seen: set[tuple[str, tuple[int, ...]]] = set()
+    kept = []
+    for traj in trajs:
+        if not episode_success(traj):
+            continue
+        traj.validate()
+        key = _key(traj)
+        if key not in seen:
+            seen.add(key)
+            kept.append(traj)
+    return kept
+
+
+def expert_iteration(
+    model: Any,
+    tokenizer: Any,
+    tasks: Sequence[Any],
+    demos: Sequence[Trajectory],
+    config: ExpertIterationConfig,
+    worker: RolloutWorker | None = None,
+    logger: MetricsLogger | None = None,
+) -> list[RoundStats]:
+    """Run the rounds in place on ``model``; ``demos`` seed the data (may be empty)."""
+    if not tasks:
+        raise ValueError("expert iteration needs training tasks")
+    owns = worker is None
+    worker = worker or RolloutWorker(
+        model, tokenizer, WorkerSpec(policy_dir="", max_steps=config.max_steps, threads=0)
+    )
+    data = list(demos)
+    seen = {_key(t) for t in data}
+    stats = []
+    try:
+        for r in range(config.rounds):
+            flat = [t for t in tasks for _ in range(config.samples_per_task)]
+            sampling = SamplingConfig(
+                temperature=config.temperature,
+                max_new_tokens=config.max_new_tokens,
+                seed=config.seed * 1_000_003 + r * 7_919,
+            )
+            chunk = Chunk(
+                mode=config.mode,
+                tasks=flat,
+                groups=list(range(len(flat))),
+                sampling=sampling,
+                max_context=config.max_context,
+            )
+            trajs = worker.run(chunk)
+            new = [t for t in verified_successes(trajs) if _key(t) not in seen]
+            seen.update(_key(t) for t in new)
+            data.extend(new)
+            losses = (
+                train_sft(model, tokenizer, data, config.sft.model_copy(update={"seed": config.seed + r}))
+                if data
+                else [float("nan")]
+            )
+            stat = RoundStats(
+                round=r,
+                success_rate=sum(episode_success(t) for t in trajs) / len(trajs),
+                new_trajectories=len(new),
+                data_size=len(data),
+                sft_loss=losses[-1],
+            )
+            stats.append(stat)
+            if logger is not None:
+                logger.log(
+                    r,
+                    {
+                        "expert_iteration/success_rate": stat.success_rate,
+                        "expert_iteration/new_trajectories": float(stat.new_trajectories),
+                        "expert_iteration/data_size": float(stat.data_size),
+                        "expert_iteration/sft_loss": stat.sft_loss,
+                    },
+                )
+    finally:
+        if owns:
+            worker.close()
+    return stats
