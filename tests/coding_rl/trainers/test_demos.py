@@ -1,0 +1,195 @@
+"""Demonstrations as trajectories (single-step and scripted multi-turn); SFT on the policy's tokens only."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+from transferlab.coding_rl.policies.adapters import LoraOptions
+from transferlab.coding_rl.policies.model import TinyPolicyConfig
+from transferlab.coding_rl.policies.tokenizer import IM_END, encode_chat, observation_ids, train_tokenizer
+from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
+from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.coding_rl.tasks.toy import (
+    OPERATIONS,
+    call,
+    toy_repo_plan,
+    toy_repo_tasks,
+    toy_solution,
+    toy_tasks,
+)
+from transferlab.coding_rl.trainers.demos import (
+    SFTConfig,
+    code_demonstration,
+    scripted_demonstration,
+    train_sft,
+)
+from transferlab.coding_rl.trainers.rollout_worker import code_prompt_ids
+from transferlab.platform.metrics import MemoryLogger
+from transferlab.platform.trajectory import Trajectory
+
+TINY = {"n_layer": 1, "d_model": 32, "n_head": 2, "seed": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tok() -> Any:
+    train, held = toy_tasks(operations=tuple(OPERATIONS))
+    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train + held]
+    return train_tokenizer(texts * 3, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxBackend]:
+    backend, _, _ = open_backend(SandboxConfig(workers=1))
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def repo_task() -> RepoTask:
+    return toy_repo_tasks()[0][0]
+
+
+def play(
+    sandbox: SandboxBackend, task: RepoTask, plan: list[str], tok: Any, rewards: str = "dense"
+) -> Trajectory:
+    env = CodeRepairEnv([task], rewards=rewards, sandbox=sandbox)
+    try:
+        return scripted_demonstration(env, task, plan, tok)
+    finally:
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def scripted(sandbox: SandboxBackend, repo_task: RepoTask, tok: Any) -> Trajectory:
+    return play(sandbox, repo_task, toy_repo_plan(repo_task), tok)
+
+
+def test_code_demonstration_masks_exactly_the_body_and_im_end(tok: Any) -> None:
+    task = toy_tasks()[0][0]
+    body = toy_solution(task)
+    demo = code_demonstration(tok, task, body)
+    [step] = demo.steps
+    im_end = tok.convert_tokens_to_ids(IM_END)
+    assert step.prompt_ids == code_prompt_ids(tok, task)  # what the rollouts feed the policy
+    assert step.action_ids == [*tok.encode(body, add_special_tokens=False), im_end]
+    assert step.observation_ids == [] and step.terminated
+    ids, mask = demo.token_ids(), demo.loss_mask()
+    n_prompt = len(step.prompt_ids)
+    assert mask == [0] * n_prompt + [1] * len(step.action_ids)
+    assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == body + IM_END
+    assert demo.episode_id != code_demonstration(tok, task, body, index=1).episode_id
+    assert demo.episode_id == code_demonstration(tok, task, body).episode_id
+
+
+def test_scripted_plan_solves_the_toy_repo_with_the_dense_rewards(
+    scripted: Trajectory, repo_task: RepoTask, tok: Any
+) -> None:
+    last = scripted.steps[-1]
+    assert [s.action_text for s in scripted.steps] == toy_repo_plan(repo_task)
+    assert last.terminated and not last.truncated and last.info["success"] is True
+    assert [s.reward_components for s in scripted.steps] == [
+        {"read_file_success": 0.5},
+        {"write_file_success": 0.5, "read_before_write": 1.0},
+        {"test_after_modify": 1.5, "test_pass": 3.0, "all_tests_pass": 5.0},
+        {"task_complete": 20.0},
+    ]
+    assert [s.reward for s in scripted.steps] == [0.5, 1.5, 9.5, 20.0]
+    assert scripted.total_reward == 31.5
+    # ids as the rollouts build them: the intro as a user turn, each observation as a tool turn
+    first = scripted.steps[0]
+    assert first.prompt_text.startswith(f"Issue: {repo_task.meta.issue}")
+    assert first.prompt_ids == encode_chat(tok, [{"role": "user", "content": first.prompt_text}])
+    for s in scripted.steps:
+        assert s.observation_ids == observation_ids(tok, s.observation_text, role="tool", ended=True)
+        assert s.action_ids[-1] == tok.convert_tokens_to_ids(IM_END)
+    mask = scripted.loss_mask()
+    assert sum(mask) == sum(len(s.action_ids) for s in scripted.steps)
+    for start, end in scripted.action_spans():
+        assert all(mask[start:end])
+
+
+def test_sparse_rewards_pay_only_at_the_end(sandbox: SandboxBackend, repo_task: RepoTask, tok: Any) -> None:
+    demo = play(sandbox, repo_task, toy_repo_plan(repo_task), tok, rewards="sparse")
+    assert [s.reward for s in demo.steps] == [0.0, 0.0, 0.0, 20.0]
+
+
+def test_a_plan_stops_at_the_submit(sandbox: SandboxBackend, repo_task: RepoTask, tok: Any) -> None:
+    path = repo_task.meta.source_path
+    demo = play(sandbox, repo_task, [call("submit"), call("read_file", path=path)], tok)
+    [step] = demo.steps
+    assert step.terminated and step.info["success"] is False
+    assert step.reward_components == {"task_failed": 0.0}
+
+
+def test_sft_lowers_the_loss_and_logs_it(tok: Any) -> None:
+    train, _ = toy_tasks()
+    demos = [code_demonstration(tok, t, toy_solution(t)) for t in train]
+    model = TinyPolicyConfig(max_positions=128, **TINY).create(tok)
+    logger = MemoryLogger()
+    losses = train_sft(model, tok, demos, SFTConfig(steps=30, batch_size=8, lr=1e-2), logger)
+    assert len(losses) == 30
+    assert losses[-1] < 0.25 * losses[0]
+    assert logger.series("sft/loss").tolist() == pytest.approx(losses)
+    assert len(logger.series("sft/grad_norm")) == 30
+    assert not model.training
+    with pytest.raises(ValueError, match="no demonstrations"):
+        train_sft(model, tok, [], SFTConfig(steps=1))
+
+
+def _one_step(tok: Any, demo: Trajectory) -> tuple[float, dict[str, torch.Tensor]]:
+    model = TinyPolicyConfig(max_positions=1024, **TINY).create(tok)
+    [loss] = train_sft(model, tok, [demo], SFTConfig(steps=1, batch_size=1))
+    return loss, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _with_last_step(demo: Trajectory, **changes: Any) -> Trajectory:
+    steps = [*demo.steps[:-1], dataclasses.replace(demo.steps[-1], **changes)]
+    return Trajectory(steps).validate()
+
+
+def test_sft_gradient_comes_from_action_tokens_only(scripted: Trajectory, tok: Any) -> None:
+    """The verifier's final output is only ever a target, never an input to an action: replacing it
+    (every id changed; same length, so the kernels see the same shapes) must leave the loss and the
+    updated weights bit-identical."""
+    last = scripted.steps[-1]
+    other_obs = [(i + 1) % len(tok) for i in last.observation_ids]
+    loss, weights = _one_step(tok, scripted)
+    same_loss, same_weights = _one_step(tok, _with_last_step(scripted, observation_ids=other_obs))
+    assert same_loss == loss
+    assert all(torch.equal(weights[n], same_weights[n]) for n in weights)
+    # while changing the target of an action token does change both
+    other_action = [*last.action_ids[:-2], (last.action_ids[-2] + 1) % len(tok), last.action_ids[-1]]
+    moved_loss, moved = _one_step(tok, _with_last_step(scripted, action_ids=other_action))
+    assert moved_loss != loss
+    assert any(not torch.equal(weights[n], moved[n]) for n in weights)
+
+
+def test_sft_on_scripted_demos_learns_the_plan(scripted: Trajectory, tok: Any) -> None:
+    model = TinyPolicyConfig(max_positions=1024, **TINY).create(tok)
+    losses = train_sft(model, tok, [scripted], SFTConfig(steps=15, batch_size=1, lr=1e-2))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_sft_with_lora_trains_only_the_adapters(tok: Any) -> None:
+    train, _ = toy_tasks()
+    demos = [code_demonstration(tok, t, toy_solution(t)) for t in train[:4]]
+    model = LoraOptions(r=4).apply(TinyPolicyConfig(max_positions=128, **TINY).create(tok))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_sft(model, tok, demos, SFTConfig(steps=2, batch_size=4))
+    changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all(".lora_" in n for n in changed)
