@@ -81,6 +81,14 @@ def load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:
             f"{len(missing)} tensor(s) have no parameter in this model (first: {missing[0]!r}); the "
             "worker's model must be built like the learner's (same policy, same LoRA options)"
         )
+    wrong = [n for n, t in state.items() if params[n].shape != t.shape]
+    if wrong:
+        n = wrong[0]
+        raise ValueError(
+            f"{len(wrong)} tensor(s) have another shape than this model's parameter (first: {n!r}, "
+            f"{tuple(state[n].shape)} vs {tuple(params[n].shape)}); the worker's model must be built like "
+            "the learner's (same policy, same LoRA options)"
+        )
     with torch.no_grad():
         for name, tensor in state.items():
             params[name].copy_(tensor)

@@ -11,8 +11,9 @@ contains mistakes. SFT copies the mistakes; RL against the verifier can remove t
 gives RL headroom over SFT in ``transferlab coding experiment learn``.
 
 **Multi-turn** (:func:`toy_repo_tasks`): the same functions as one-file repositories for
-`transferlab/CodeRepair-v0` with a wrong operator or constant; the agent must read the source to know
-the buggy line, edit it, test and submit (:func:`toy_repo_plan` is the expert's plan).
+`transferlab/CodeRepair-v0` with the wrong operator; the agent must read the source to know
+the constant (the issue names only the right operation), edit the line, test and submit
+(:func:`toy_repo_plan` is the expert's plan).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import random
 from collections.abc import Callable
 
 from transferlab.coding_rl.tasks.code_task import CodeTask, TestCase, task_from_dict
-from transferlab.coding_rl.tasks.repo_task import BugInfo, RepoTask, make_repo_task
+from transferlab.coding_rl.tasks.repo_task import BugInfo, RepoTask, Split, make_repo_task
 
 # name -> (description template with {k}, body template with {k}, python function)
 OPERATIONS: dict[str, tuple[str, str, Callable[[int, int], int]]] = {
@@ -113,12 +114,29 @@ def _module(body: str) -> str:
     return f"def f(x):\n    {body}\n"
 
 
-def toy_repo_task(op: str, k: int, bug_seed: int = 0) -> RepoTask:
-    """`toy/<op>-<k>` as a repository whose `src/toy.py` has a wrong operator or constant."""
-    task = toy_task(op, k)
+FIX_HINTS = {
+    "add": "it should add its constant to x",
+    "sub": "it should subtract its constant from x",
+    "mul": "it should multiply x by its constant",
+    "rsub": "it should subtract x from its constant",
+    "max": "it should return the larger of x and its constant",
+    "min": "it should return the smaller of x and its constant",
+}
+"""The issue names the right operation but not the constant: only reading the source tells it."""
+
+
+def toy_repo_task(op: str, k: int, split: Split = "train") -> RepoTask:
+    """`toy/<op>-<k>` as a repository whose `src/toy.py` uses the wrong operator.
+
+    The issue says what f should do without the constant, so a fix needs the file read first (seed
+    000's read-before-write); the expert's edit keeps the constant it read and swaps the operation.
+    Raises ``ValueError`` for the few (op, k) whose wrong operator behaves the same (``x + 0``).
+    """
     reference = _body(op, k)
-    wrong = buggy_body(task, random.Random(f"{op}-{k}-{bug_seed}")).strip()
+    wrong = _body(_WRONG_OPERATOR[op], k)
     fn = OPERATIONS[op][2]
+    if all(_eval(wrong, x) == fn(x, k) for x in INPUTS):
+        raise ValueError(f"toy/{op}-{k}: the wrong operator gives the same results; no bug to fix")
 
     def case(x: int) -> TestCase:
         return TestCase.model_validate({"args": [x], "call": "f", "expected": fn(x, k)})
@@ -133,12 +151,19 @@ def toy_repo_task(op: str, k: int, bug_seed: int = 0) -> RepoTask:
         entry_point="f",
         dev_tests=dev,
         hidden_tests=[case(x) for x in INPUTS[3:]],
-        issue=f"f(x) is wrong: it should return {reference.removeprefix('return ')}.",
+        issue=f"f(x) is wrong: {FIX_HINTS[op]}.",
         group=f"toy/{op}-{k}",
         bug=BugInfo(operator="toy", line=2, before=f"    {reference}", after=f"    {wrong}"),
+        split=split,
         time_limit_s=1.0,
         provenance={"source": "toy", "operation": op, "constant": k, "failing_dev_test": failing},
     )
+
+
+def has_repo_bug(op: str, k: int) -> bool:
+    """Whether the wrong operator changes f's results (it does except for ``x + 0`` / ``x - 0``)."""
+    wrong, fn = _body(_WRONG_OPERATOR[op], k), OPERATIONS[op][2]
+    return any(_eval(wrong, x) != fn(x, k) for x in INPUTS)
 
 
 def _eval(body: str, x: int) -> object:
@@ -150,13 +175,15 @@ def _eval(body: str, x: int) -> object:
 def toy_repo_tasks(
     held_out_fraction: float = 0.25, seed: int = 0, operations: tuple[str, ...] = BASIC_OPERATIONS
 ) -> tuple[list[RepoTask], list[RepoTask]]:
-    """The toy functions as CodeRepair-v0 tasks, split like :func:`toy_tasks` (same seed, same split)."""
+    """The toy functions as CodeRepair-v0 tasks, split like :func:`toy_tasks` (same seed, same split);
+    the (op, k) whose wrong operator changes nothing are left out."""
     train, held = toy_tasks(held_out_fraction, seed, operations)
 
-    def repo(t: CodeTask) -> RepoTask:
-        return toy_repo_task(str(t.provenance["operation"]), int(t.provenance["constant"]))
+    def repos(tasks: list[CodeTask], split: Split) -> list[RepoTask]:
+        keys = [(str(t.provenance["operation"]), int(t.provenance["constant"])) for t in tasks]
+        return [toy_repo_task(op, k, split) for op, k in keys if has_repo_bug(op, k)]
 
-    return [repo(t) for t in train], [repo(t) for t in held]
+    return repos(train, "train"), repos(held, "held-out")
 
 
 def call(action: str, **args: str) -> str:

@@ -171,6 +171,7 @@ class Rollouts:
         ]
         timeout = cfg.episode_timeout_s * 1.5 + 30.0
         results: list[ChunkResult] = self.pool.map("run", chunks, timeout_s=timeout)
+        _raise_if_all_failed(results)
         out: list[Trajectory | None] = []
         lost = 0
         for chunk, res in zip(chunks, results, strict=True):
@@ -184,6 +185,17 @@ class Rollouts:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _raise_if_all_failed(results: list[ChunkResult]) -> None:
+    """Every chunk raised inside its worker: a bad setting, not a straggler; stop with the worker's error."""
+    errors = [r.error or "" for r in results]
+    crashed = [e for e in errors if e and not e.startswith(("timeout", "worker died"))]
+    if results and len(crashed) == len(results):
+        raise ValueError(
+            "every rollout chunk of this step failed inside its worker, so nothing can be trained; the "
+            f"first worker's error:\n{crashed[0]}"
+        )
 
 
 # -------------------------------------------------------------------------------------------- the loop
@@ -346,7 +358,7 @@ def update(
     return metrics
 
 
-def rollout_metrics(trajs: list[Trajectory], lost: int, total: int) -> dict[str, float]:
+def rollout_metrics(trajs: list[Trajectory], lost: int) -> dict[str, float]:
     """Success rate, return and its named components, episode length, lost episodes."""
     if not trajs:
         return {"rollout/lost_episodes": float(lost)}
@@ -495,7 +507,7 @@ def train_rl(
             raw, lost = rollouts.collect(chosen, step_seed(config, step))
             t_roll = time.perf_counter()
             trajs = _complete_groups(raw, config.group_size)
-            metrics = rollout_metrics(trajs, lost, len(raw))
+            metrics = rollout_metrics(trajs, lost)
             # 2. advantages and the clipped update, loss only on the policy's tokens
             if trajs:
                 batch = build_batch(trajs, tokenizer.pad_token_id, config.mask_observations)
@@ -519,7 +531,8 @@ def train_rl(
             history.append(metrics)
             if logger is not None:
                 logger.log(step_offset + step, {k: v for k, v in metrics.items() if math.isfinite(v)})
-            if config.checkpoint_every and ((step + 1) % config.checkpoint_every == 0 or step + 1 == end):
+            every = config.checkpoint_every
+            if (every and (step + 1) % every == 0) or step + 1 == end:
                 save_checkpoint(ckpt, step, model, value_head, optimizer)
                 if logger is not None:
                     logger.flush()
