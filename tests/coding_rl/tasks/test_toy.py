@@ -139,7 +139,7 @@ def test_toy_repo_reference_passes_and_the_buggy_source_fails(verifier: Verifier
         assert failing == (dev_fails[0] if dev_fails else 0), task.task_id
 
 
-def test_toy_repo_plan_edits_exactly_the_buggy_line() -> None:
+def test_toy_repo_plan_swaps_exactly_the_wrong_operator() -> None:
     train, held = toy_repo_tasks(operations=ALL_OPS)
     for task in train + held:
         read, edit, run, submit = (json.loads(a) for a in toy_repo_plan(task))
@@ -151,7 +151,8 @@ def test_toy_repo_plan_edits_exactly_the_buggy_line() -> None:
         buggy_lines = task.buggy_source.splitlines()
         reference_lines = task.reference_source.splitlines()
         line = task.meta.bug.line - 1
-        assert buggy_lines[line].strip() == edit["old"] and reference_lines[line].strip() == edit["new"]
+        assert edit["old"] in buggy_lines[line] and edit["new"] in reference_lines[line]
+        assert edit["old"] not in task.meta.issue  # the issue names the right operation, never the bug
         assert task.buggy_source.count(edit["old"]) == 1
         assert task.buggy_source.replace(edit["old"], edit["new"]) == task.reference_source
         assert [i for i, (a, b) in enumerate(zip(buggy_lines, reference_lines, strict=True)) if a != b] == [

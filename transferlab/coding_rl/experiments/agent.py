@@ -54,15 +54,15 @@ class AgentExperimentConfig(BaseConfig):
         description="The tiny policy (its seed is replaced by each run's seed).",
     )
     sft: SFTConfig = Field(
-        default_factory=lambda: SFTConfig(steps=300, batch_size=8, lr=3e-3), description="SFT settings."
+        default_factory=lambda: SFTConfig(steps=150, batch_size=8, lr=3e-3), description="SFT settings."
     )
     rl: RLConfig = Field(
         default_factory=lambda: RLConfig(
             mode="agent",
-            steps=40,
+            steps=30,
             tasks_per_step=8,
             group_size=4,
-            lr=3e-4,
+            lr=5e-4,
             max_new_tokens=48,
             max_context=512,
             max_steps=6,

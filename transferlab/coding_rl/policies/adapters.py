@@ -139,9 +139,17 @@ class PolicyOutputs:
 
 
 def forward_policy(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, value_head: Any = None
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    value_head: Any = None,
+    detach_value: bool = False,
 ) -> PolicyOutputs:
-    """One teacher-forced forward pass: token log-probs, entropies and (optionally) values."""
+    """One teacher-forced forward pass: token log-probs, entropies and (optionally) values.
+
+    With ``detach_value`` the value head reads detached hidden states: the value loss trains only the
+    head, never the policy's weights.
+    """
     import torch
 
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -161,6 +169,7 @@ def forward_policy(
     values = None
     if value_head is not None:
         hidden = out.hidden_states[-1][:, :-1]
+        hidden = hidden.detach() if detach_value else hidden
         values = torch.cat([pad, value_head(hidden)], dim=1)
     return PolicyOutputs(
         logprobs=torch.cat([pad, picked], dim=1), entropy=torch.cat([pad, entropy], dim=1), values=values

@@ -114,6 +114,16 @@ def _module(body: str) -> str:
     return f"def f(x):\n    {body}\n"
 
 
+REPO_BUGS: dict[str, tuple[str, str, str]] = {
+    "add": ("return x - {n}", "-", "+"),
+    "sub": ("return x + {n}", "+", "-"),
+    "mul": ("return x + {n}", "+", "*"),
+    "rsub": ("return {n} + x", "+", "-"),
+    "max": ("return min(x, {n})", "min", "max"),
+    "min": ("return max(x, {n})", "max", "min"),
+}
+"""Per operation: the buggy body, the wrong operator in it (found once in the file) and the right one."""
+
 FIX_HINTS = {
     "add": "it should add its constant to x",
     "sub": "it should subtract its constant from x",
@@ -128,14 +138,14 @@ FIX_HINTS = {
 def toy_repo_task(op: str, k: int, split: Split = "train") -> RepoTask:
     """`toy/<op>-<k>` as a repository whose `src/toy.py` uses the wrong operator.
 
-    The issue says what f should do without the constant, so a fix needs the file read first (seed
-    000's read-before-write); the expert's edit keeps the constant it read and swaps the operation.
+    The issue says what f should do, not what the file says: the expert reads the file first (seed
+    000's read-before-write), then edits the wrong operator into the right one (:data:`REPO_BUGS`).
     Raises ``ValueError`` for the few (op, k) whose wrong operator behaves the same (``x + 0``).
     """
     reference = _body(op, k)
-    wrong = _body(_WRONG_OPERATOR[op], k)
+    wrong = REPO_BUGS[op][0].format(n=k)
     fn = OPERATIONS[op][2]
-    if all(_eval(wrong, x) == fn(x, k) for x in INPUTS):
+    if not has_repo_bug(op, k):
         raise ValueError(f"toy/{op}-{k}: the wrong operator gives the same results; no bug to fix")
 
     def case(x: int) -> TestCase:
@@ -162,7 +172,7 @@ def toy_repo_task(op: str, k: int, split: Split = "train") -> RepoTask:
 
 def has_repo_bug(op: str, k: int) -> bool:
     """Whether the wrong operator changes f's results (it does except for ``x + 0`` / ``x - 0``)."""
-    wrong, fn = _body(_WRONG_OPERATOR[op], k), OPERATIONS[op][2]
+    wrong, fn = REPO_BUGS[op][0].format(n=k), OPERATIONS[op][2]
     return any(_eval(wrong, x) != fn(x, k) for x in INPUTS)
 
 
@@ -192,11 +202,11 @@ def call(action: str, **args: str) -> str:
 
 
 def toy_repo_plan(task: RepoTask) -> list[str]:
-    """The expert's short plan on a toy repository: read the source, fix the line, run the tests, submit."""
-    bug = task.meta.bug
+    """The expert's short plan on a toy repository: read the source, swap the operator, test, submit."""
+    _, wrong, right = REPO_BUGS[str(task.meta.provenance["operation"])]
     return [
         call("read_file", path=task.meta.source_path),
-        call("edit_file", path=task.meta.source_path, old=bug.after.strip(), new=bug.before.strip()),
+        call("edit_file", path=task.meta.source_path, old=wrong, new=right),
         call("run_tests", target="all"),
         call("submit"),
     ]

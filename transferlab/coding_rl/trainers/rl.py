@@ -93,6 +93,12 @@ class RLConfig(BaseConfig):
     gamma: float = Field(default=1.0, ge=0, le=1, description="PPO discount per turn.")
     lam: float = Field(default=0.95, ge=0, le=1, description="PPO GAE lambda.")
     vf_coef: float = Field(default=0.5, ge=0, description="PPO value-loss weight.")
+    value_lr: float = Field(default=1e-2, gt=0, description="PPO: learning rate of the value head.")
+    detach_value: bool = Field(
+        default=True,
+        description="PPO: the value head reads detached hidden states, so the value loss cannot pull the "
+        "policy's weights (a shared trunk trained on a large value loss forgets the policy).",
+    )
     value_clip: float | None = Field(default=None, description="PPO value clip (reward units) or None.")
     whiten_advantages: bool = Field(default=True, description="PPO: whiten advantages over the batch.")
     mask_observations: bool = Field(
@@ -285,8 +291,7 @@ def update(
     old_logp = _old_logprobs(model, batch, config)
     metrics: dict[str, float] = {}
     params = [p for p in model.parameters() if p.requires_grad]
-    if value_head is not None:
-        params += list(value_head.parameters())
+    value_params = list(value_head.parameters()) if value_head is not None else []
     if config.algo == "grpo":
         seq_adv, weights, frac_flat = _grpo_advantages(batch, config)
         metrics["train/frac_reward_zero_std"] = frac_flat
@@ -295,14 +300,16 @@ def update(
             return metrics
     else:
         with torch.no_grad():
-            values = forward_policy(model, batch.input_ids, batch.attention_mask, value_head).values
+            values = forward_policy(
+                model, batch.input_ids, batch.attention_mask, value_head, config.detach_value
+            ).values
         assert values is not None
         old_values: torch.Tensor = values
         rewards = torch.where(batch.loss_mask, batch.token_rewards, torch.zeros_like(batch.token_rewards))
         tok_adv, tok_ret = gae(rewards, old_values, batch.loss_mask, config.gamma, config.lam, None, "turn")
     model.train()
     for _ in range(config.epochs):
-        out = forward_policy(model, batch.input_ids, batch.attention_mask, value_head)
+        out = forward_policy(model, batch.input_ids, batch.attention_mask, value_head, config.detach_value)
         if config.algo == "grpo":
             terms: Any = grpo_loss(
                 out.logprobs,
@@ -339,6 +346,8 @@ def update(
         optimizer.zero_grad()
         terms.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+        if value_params:  # clipped apart, so large value errors never shrink the policy's step
+            torch.nn.utils.clip_grad_norm_(value_params, config.grad_clip)
         optimizer.step()
     model.eval()
     with torch.no_grad():
@@ -483,10 +492,10 @@ def train_rl(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     model, value_head, reference = _prepare(model, tokenizer, config, run_dir)
-    params = [p for p in model.parameters() if p.requires_grad]
+    groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     if value_head is not None:
-        params += list(value_head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=config.lr)
+        groups.append({"params": list(value_head.parameters()), "lr": config.value_lr})
+    optimizer = torch.optim.AdamW(groups, lr=config.lr)
     start = 0
     ckpt = run_dir / CHECKPOINT_FILE
     if resume and ckpt.exists():
