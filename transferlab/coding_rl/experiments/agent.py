@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -219,10 +220,46 @@ def _cumulative(episodes: list[float]) -> list[float]:
     return out
 
 
-def _open(
-    name: str, config: AgentExperimentConfig, runs_root: Path, resume: Path | None, console: Console | None
-) -> tuple[Experiment, AgentExperimentConfig]:
-    return Experiment.open(name, config, runs_root, resume, console)
+Summarise = Callable[[AgentExperimentConfig, dict[str, dict[str, Any]], float], dict[str, Any]]
+BuildReport = Callable[[AgentExperimentConfig, dict[str, dict[str, Any]], dict[str, Any], Experiment], Report]
+
+
+def run_agent_experiment(
+    name: str,
+    variants: dict[str, dict[str, Any]],
+    summarise: Summarise,
+    build_report: BuildReport,
+    config: AgentExperimentConfig,
+    runs_root: Path,
+    report_dir: Path | None,
+    resume: Path | None,
+    console: Console | None,
+) -> dict[str, Any]:
+    """Per seed: the SFT policy (arm ``sft-seed<s>``), then one RL arm per variant (RLConfig updates)."""
+    exp, config = Experiment.open(name, config, runs_root, resume, console)
+    started = time.perf_counter()
+    torch.set_num_threads(1)
+    results: dict[str, dict[str, Any]] = {}
+    with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
+        setup = Setup(exp, config, sandbox)
+        bar = exp.progress.add_task(name, total=len(config.seeds) * (1 + len(variants)))
+        for seed in config.seeds:
+            exp.progress.update(bar, description=f"SFT seed {seed}")
+            sft = setup.sft_policy(seed)
+            results[f"sft-seed{seed}"] = exp.arm(
+                f"sft-seed{seed}", functools.partial(setup.held_out_result, sft)
+            )
+            exp.progress.advance(bar)
+            for variant, updates in variants.items():
+                arm = f"{variant}-seed{seed}"
+                exp.progress.update(bar, description=f"RL {variant} seed {seed}")
+                results[arm] = exp.arm(arm, functools.partial(setup.rl_arm, arm, seed, sft, **updates))
+                exp.progress.advance(bar)
+        summary = summarise(config, results, time.perf_counter() - started)
+        summary["run_dir"] = str(exp.run.dir)
+        exp.run.write_artifact_json("summary.json", summary)
+        exp.write_report(build_report(config, results, summary, exp), report_dir)
+    return summary
 
 
 # ------------------------------------------------------------------------------------ dense vs sparse
@@ -236,32 +273,18 @@ def run_dense_sparse(
     console: Console | None = None,
 ) -> dict[str, Any]:
     """SFT once per seed, then RL with the dense and with the sparse table; report and summary."""
-    exp, config = _open("coding-dense-sparse", config, runs_root, resume, console)
-    started = time.perf_counter()
-    torch.set_num_threads(1)
-    results: dict[str, dict[str, Any]] = {}
-    with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
-        setup = Setup(exp, config, sandbox)
-        bar = exp.progress.add_task("dense vs sparse", total=len(config.seeds) * 3)
-        for seed in config.seeds:
-            exp.progress.update(bar, description=f"SFT seed {seed}")
-            sft = setup.sft_policy(seed)
-            results[f"sft-seed{seed}"] = exp.arm(
-                f"sft-seed{seed}", functools.partial(setup.held_out_result, sft)
-            )
-            exp.progress.advance(bar)
-            for rewards in ("dense", "sparse"):
-                arm = f"{rewards}-seed{seed}"
-                exp.progress.update(bar, description=f"RL {rewards} seed {seed}")
-                results[arm] = exp.arm(
-                    arm,
-                    functools.partial(setup.rl_arm, arm, seed, sft, rewards=rewards),
-                )
-                exp.progress.advance(bar)
-        summary = summarise_dense_sparse(config, results, time.perf_counter() - started)
-        exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(dense_sparse_report(config, results, summary, exp), report_dir)
-    return summary
+    variants = {"dense": {"rewards": "dense"}, "sparse": {"rewards": "sparse"}}
+    return run_agent_experiment(
+        "coding-dense-sparse",
+        variants,
+        summarise_dense_sparse,
+        dense_sparse_report,
+        config,
+        runs_root,
+        report_dir,
+        resume,
+        console,
+    )
 
 
 def summarise_dense_sparse(
@@ -414,37 +437,22 @@ def run_ablations(
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Per seed: the SFT policy trained three ways — baseline, with KL > 0, and with the masking bug."""
-    exp, config = _open("coding-ablations", config, runs_root, resume, console)
-    started = time.perf_counter()
-    torch.set_num_threads(1)
-    results: dict[str, dict[str, Any]] = {}
     variants = {
         "baseline": {"kl_coef": 0.0},
         "kl": {"kl_coef": config.kl_coef},
         "unmasked": {"kl_coef": 0.0, "mask_observations": False},
     }
-    with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
-        setup = Setup(exp, config, sandbox)
-        bar = exp.progress.add_task("ablations", total=len(config.seeds) * (1 + len(variants)))
-        for seed in config.seeds:
-            exp.progress.update(bar, description=f"SFT seed {seed}")
-            sft = setup.sft_policy(seed)
-            results[f"sft-seed{seed}"] = exp.arm(
-                f"sft-seed{seed}", functools.partial(setup.held_out_result, sft)
-            )
-            exp.progress.advance(bar)
-            for name, updates in variants.items():
-                arm = f"{name}-seed{seed}"
-                exp.progress.update(bar, description=f"RL {name} seed {seed}")
-                results[arm] = exp.arm(
-                    arm,
-                    functools.partial(setup.rl_arm, arm, seed, sft, **updates),
-                )
-                exp.progress.advance(bar)
-        summary = summarise_ablations(config, results, time.perf_counter() - started)
-        exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(ablations_report(config, results, summary, exp), report_dir)
-    return summary
+    return run_agent_experiment(
+        "coding-ablations",
+        variants,
+        summarise_ablations,
+        ablations_report,
+        config,
+        runs_root,
+        report_dir,
+        resume,
+        console,
+    )
 
 
 def summarise_ablations(

@@ -62,7 +62,7 @@ class LearnConfig(BaseConfig):
     )
     rl: RLConfig = Field(
         default_factory=lambda: RLConfig(
-            steps=60, tasks_per_step=8, group_size=4, lr=5e-4, max_new_tokens=24, checkpoint_every=10
+            steps=100, tasks_per_step=8, group_size=4, lr=5e-4, max_new_tokens=24, checkpoint_every=10
         ),
         description="RL settings shared by both algorithms (algo and seed are set per arm).",
     )
