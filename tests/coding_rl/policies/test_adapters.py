@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,25 +17,11 @@ from transferlab.coding_rl.policies.adapters import (
 )
 from transferlab.coding_rl.policies.generation import sequence_logprobs
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
-from transferlab.coding_rl.policies.tokenizer import train_tokenizer
-from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_solution, toy_tasks
 
 TINY = TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=128, seed=0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    train, held = toy_tasks(operations=tuple(OPERATIONS))
-    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train + held]
-    return train_tokenizer(texts * 3, vocab_size=300)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def padded_batch(tok: Any) -> tuple[torch.Tensor, torch.Tensor]:

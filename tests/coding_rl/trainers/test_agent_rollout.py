@@ -12,8 +12,7 @@ from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.policies.tokenizer import corpus_texts, encode_chat, train_tokenizer
-from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
-from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
 from transferlab.coding_rl.trainers import agent_rollout
@@ -39,13 +38,6 @@ def tokenizer(tasks: list[RepoTask]) -> Any:
 @pytest.fixture(scope="module")
 def model(tokenizer: Any) -> Any:
     return TinyPolicyConfig(n_layer=1, d_model=32, max_positions=1024).create(tokenizer)
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxBackend]:
-    backend, _, _ = open_backend(SandboxConfig(workers=1))
-    yield backend
-    backend.close()
 
 
 @pytest.fixture(scope="module")

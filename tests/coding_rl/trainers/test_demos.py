@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,12 +11,10 @@ import torch
 from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.policies.adapters import LoraOptions
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
-from transferlab.coding_rl.policies.tokenizer import IM_END, encode_chat, observation_ids, train_tokenizer
-from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
-from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.coding_rl.policies.tokenizer import IM_END, encode_chat, observation_ids
+from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.toy import (
-    OPERATIONS,
     call,
     toy_repo_plan,
     toy_repo_tasks,
@@ -37,26 +34,7 @@ from transferlab.platform.trajectory import Trajectory
 TINY = {"n_layer": 1, "d_model": 32, "n_head": 2, "seed": 0}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    train, held = toy_tasks(operations=tuple(OPERATIONS))
-    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train + held]
-    return train_tokenizer(texts * 3, vocab_size=300)
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxBackend]:
-    backend, _, _ = open_backend(SandboxConfig(workers=1))
-    yield backend
-    backend.close()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

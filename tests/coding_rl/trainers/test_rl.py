@@ -12,9 +12,8 @@ import torch
 
 from transferlab.coding_rl.policies.adapters import LoraOptions, trainable_state
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
-from transferlab.coding_rl.policies.tokenizer import train_tokenizer
 from transferlab.coding_rl.tasks.code_task import CodeTask
-from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_tasks, toy_solution, toy_tasks
+from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_solution, toy_tasks
 from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import (
     CHECKPOINT_FILE,
@@ -32,19 +31,7 @@ from transferlab.platform.trajectory import StepRecord, Trajectory
 TINY = {"n_layer": 1, "d_model": 32, "n_head": 2, "seed": 0}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    train, held = toy_tasks(operations=tuple(OPERATIONS))
-    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train + held]
-    return train_tokenizer(texts * 3, vocab_size=300)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +11,11 @@ import torch
 from transferlab.coding_rl.policies.adapters import LoraOptions, trainable_state
 from transferlab.coding_rl.policies.generation import SamplingConfig, generate
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, save_policy
-from transferlab.coding_rl.policies.tokenizer import IM_END, train_tokenizer
-from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
-from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.coding_rl.policies.tokenizer import IM_END
+from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask
-from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_tasks, toy_solution, toy_tasks
+from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_solution, toy_tasks
 from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration, train_sft
 from transferlab.coding_rl.trainers.rollout_worker import (
     Chunk,
@@ -33,26 +31,7 @@ from transferlab.platform.trajectory import Trajectory, to_tensors
 TINY = {"n_layer": 1, "d_model": 32, "n_head": 2, "seed": 0}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    train, held = toy_tasks(operations=tuple(OPERATIONS))
-    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train + held]
-    return train_tokenizer(texts * 3, vocab_size=300)
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxBackend]:
-    backend, _, _ = open_backend(SandboxConfig(workers=1))
-    yield backend
-    backend.close()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
