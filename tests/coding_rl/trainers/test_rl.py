@@ -79,6 +79,22 @@ def changed_parameters(before: dict[str, torch.Tensor], model: Any) -> set[str]:
 # ------------------------------------------------------------------------------------------- updates
 
 
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean"])
+def test_loss_aggregation_changes_the_update_but_not_the_rollouts(
+    tok: Any, tasks: list[CodeTask], sft_state: dict[str, torch.Tensor], tmp_path: Path, loss_agg: str
+) -> None:
+    """Per-episode averaging weighs a long episode like a short one: same rollouts, another step."""
+    results = {}
+    for agg in ("token_mean", loss_agg):
+        model = new_policy(tok, sft_state)
+        result = train_rl(model, tok, tasks, rl_config(loss_agg=agg), tmp_path / agg)
+        results[agg] = (result.history[0]["rollout/return"], trainable_state(result.model))
+    (ret_a, state_a), (ret_b, state_b) = results["token_mean"], results[loss_agg]
+    assert ret_a == ret_b  # same seed, same weights: the same episodes
+    same = all(torch.equal(state_a[n], state_b[n]) for n in state_a)
+    assert same == (loss_agg == "token_mean")
+
+
 def test_grpo_step_changes_the_policy_and_logs_a_finite_kl(
     policy: Any, tok: Any, tasks: list[CodeTask], tmp_path: Path
 ) -> None:

@@ -101,6 +101,11 @@ class RLConfig(BaseConfig):
     )
     value_clip: float | None = Field(default=None, description="PPO value clip (reward units) or None.")
     whiten_advantages: bool = Field(default=True, description="PPO: whiten advantages over the batch.")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = Field(
+        default="token_mean",
+        description="How per-token losses become one number: over all policy tokens of the batch, or per "
+        "episode first (long failing episodes then weigh no more than short ones).",
+    )
     mask_observations: bool = Field(
         default=True,
         description="Loss only on the policy's own tokens (correct). False reproduces the bug of training "
@@ -322,6 +327,7 @@ def update(
                 clip_high=config.clip_high,
                 kl_kind=config.kl_kind,
                 seq_weights=weights,
+                loss_agg=config.loss_agg,
             )
         else:
             assert out.values is not None
@@ -342,6 +348,7 @@ def update(
                 kl_coef=config.kl_coef,
                 kl_kind=config.kl_kind,
                 whiten_advantages=config.whiten_advantages,
+                loss_agg=config.loss_agg,
             )
         optimizer.zero_grad()
         terms.loss.backward()
