@@ -308,7 +308,7 @@ def summarise_dense_sparse(
                 {
                     "episodes_to_threshold": crossings,
                     "final_train_success": finals,
-                    "episodes": sum(results[f"{arm}-seed{config.seeds[0]}"]["episodes"]),
+                    "episodes": int(sum(results[f"{arm}-seed{config.seeds[0]}"]["episodes"])),
                     "frac_zero_std": mean(
                         [mean(results[f"{arm}-seed{s}"]["frac_zero_std"]) for s in config.seeds]
                     ),
