@@ -237,7 +237,6 @@ def run_agent_experiment(
 ) -> dict[str, Any]:
     """Per seed: the SFT policy (arm ``sft-seed<s>``), then one RL arm per variant (RLConfig updates)."""
     exp, config = Experiment.open(name, config, runs_root, resume, console)
-    started = time.perf_counter()
     torch.set_num_threads(1)
     results: dict[str, dict[str, Any]] = {}
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
@@ -255,7 +254,7 @@ def run_agent_experiment(
                 exp.progress.update(bar, description=f"RL {variant} seed {seed}")
                 results[arm] = exp.arm(arm, functools.partial(setup.rl_arm, arm, seed, sft, **updates))
                 exp.progress.advance(bar)
-        summary = summarise(config, results, time.perf_counter() - started)
+        summary = summarise(config, results, exp.elapsed_s())
         summary["run_dir"] = str(exp.run.dir)
         exp.run.write_artifact_json("summary.json", summary)
         exp.write_report(build_report(config, results, summary, exp), report_dir)
@@ -495,12 +494,18 @@ def ablations_report(
         f"the SFT policy, against {base['kl_to_sft']:.3f} without a KL term; held-out success changes by "
         f"{_interval(kl['minus_baseline']).format('+.2f')} (paired, 95% interval)."
     )
+    learned = unmasked["observation_nll"] < base["observation_nll"]
+    effect = (
+        "the policy learns to predict the tools' output"
+        if learned
+        else "the advantages push the tools' output tokens up and down as if the policy had written them"
+    )
     report.paragraph(
-        "Masking: with observation and prompt tokens wrongly left in the loss, the policy learns to predict "
-        f"the tools' output (observation NLL {unmasked['observation_nll']:.3f} vs "
-        f"{base['observation_nll']:.3f} with correct masking, {base['observation_nll_sft']:.3f} after SFT) "
-        f"and held-out success changes by {_interval(unmasked['minus_baseline']).format('+.2f')} against the "
-        "correctly masked baseline."
+        f"Masking: with observation and prompt tokens wrongly left in the loss, {effect} (observation NLL "
+        f"{unmasked['observation_nll']:.2f} vs {base['observation_nll']:.2f} with correct masking, "
+        f"{base['observation_nll_sft']:.2f} after SFT), the policy drifts {unmasked['kl_to_sft']:.2f} nats "
+        f"per action token from SFT (vs {base['kl_to_sft']:.2f}), and held-out success changes by "
+        f"{_interval(unmasked['minus_baseline']).format('+.2f')} against the correctly masked baseline."
     )
     report.table(
         [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +32,11 @@ class Experiment:
 
     def __init__(self, run: Run, console: Console | None = None) -> None:
         self.run = run
+        self.started = time.perf_counter()
+        summary = run.dir / "artifacts" / "summary.json"
+        self.previous_s = (
+            float(json.loads(summary.read_text()).get("seconds", 0.0)) if summary.exists() else 0.0
+        )
         self.console = console or Console()
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -53,6 +59,10 @@ class Experiment:
         saved = run.load_config(type(config))
         run.update_meta(status="running")
         return cls(run, console), saved
+
+    def elapsed_s(self) -> float:
+        """Wall time of this run so far, earlier sessions of a resumed run included."""
+        return self.previous_s + time.perf_counter() - self.started
 
     def arm_dir(self, arm: str) -> Path:
         path = self.run.dir / "arms" / arm

@@ -99,7 +99,6 @@ def run_learn(
     import torch
 
     exp, config = Experiment.open(EXPERIMENT, config, runs_root, resume, console)
-    started = time.perf_counter()
     ops = tuple(config.operations)
     train, held = toy_tasks(config.held_out_fraction, 0, ops)
     repo_train, repo_held = toy_repo_tasks(config.held_out_fraction, 0, ops)
@@ -157,7 +156,7 @@ def run_learn(
                     ),
                 )
                 exp.progress.advance(bar)
-        summary = summarise(config, results, time.perf_counter() - started)
+        summary = summarise(config, results, exp.elapsed_s())
         summary.update({"held_out_tasks": len(held), "run_dir": str(exp.run.dir)})
         exp.run.write_artifact_json("summary.json", summary)
         exp.write_report(build_report(config, results, summary, exp), report_dir)
