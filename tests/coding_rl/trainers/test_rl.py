@@ -366,8 +366,8 @@ def test_local_workers_follow_the_learner_and_lose_only_the_failing_chunk(
     """Two spawned worker processes with LoRA. Steps 0 and 1 draw good tasks: the workers, loading the
     saved base and receiving the trained adapters each step, sample exactly what the inline worker
     (the learner's own model; same single-threaded CPU ops) samples, so both runs train identically.
-    Step 2 draws one task that makes its worker raise: only that group's chunk is lost (inline runs
-    the step as one chunk and loses all of it)."""
+    Step 2 draws one task that makes its worker raise: only that group's chunk is lost (inline runs a
+    step as one chunk, so there the whole step would fail; it is compared on steps 0 and 1 only)."""
     poison = toy_repo_tasks()[0][0]
     pool = [tasks[0], tasks[1], poison]
 
@@ -375,28 +375,27 @@ def test_local_workers_follow_the_learner_and_lose_only_the_failing_chunk(
         draws = [draw_tasks(pool, rl_config(seed=seed), step) for step in range(3)]
         return poison not in draws[0] + draws[1] and draws[2].count(poison) == 1
 
-    def run(backend: str) -> tuple[list[dict[str, float]], list[dict[str, torch.Tensor]]]:
+    def run(backend: str, steps: int) -> tuple[list[dict[str, float]], list[dict[str, torch.Tensor]]]:
         states: list[dict[str, torch.Tensor]] = []
 
         def keep(step: int, model: Any) -> None:
             states.append(trainable_state(model))
 
         config = rl_config(
-            steps=3, seed=seed, lora=LoraOptions(r=4), rollout_backend=backend, rollout_workers=2
+            steps=steps, seed=seed, lora=LoraOptions(r=4), rollout_backend=backend, rollout_workers=2
         )
         result = train_rl(new_policy(tok, sft_state), tok, pool, config, tmp_path / backend, on_step=keep)
         return result.history, states
 
     seed = next(s for s in range(1000) if fits(s))
-    local, local_states = run("local")
-    inline, inline_states = run("inline")
+    local, local_states = run("local", 3)
+    inline, inline_states = run("inline", 2)
 
     step0, step1, step2 = local
     assert step0["rollout/lost_episodes"] == step1["rollout/lost_episodes"] == 0
     assert step0["rollout/episodes"] == step1["rollout/episodes"] == 8
     assert "loss/total" in step0 and "loss/total" in step1  # the adapters moved before step 1 sampled
     assert step2["rollout/lost_episodes"] == 4 and step2["rollout/episodes"] == 4
-    assert inline[2]["rollout/lost_episodes"] == 8
     for key in ("rollout/return", "rollout/action_tokens", "loss/total", "train/grad_norm"):
         assert [h[key] for h in local[:2]] == [h[key] for h in inline[:2]], key
     for want, got in zip(inline_states[:2], local_states[:2], strict=True):
