@@ -1,0 +1,71 @@
+"""Expert iteration: only verified, new successes join the SFT data, round after round."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from transferlab.coding_rl.policies.generation import SamplingConfig
+from transferlab.coding_rl.policies.model import TinyPolicyConfig
+from transferlab.coding_rl.sandbox.backends import SandboxBackend
+from transferlab.coding_rl.tasks.toy import toy_solution, toy_tasks
+from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration, train_sft
+from transferlab.coding_rl.trainers.expert_iteration import (
+    ExpertIterationConfig,
+    expert_iteration,
+    verified_successes,
+)
+from transferlab.coding_rl.trainers.rollout_worker import Chunk, RolloutWorker, WorkerSpec
+from transferlab.platform.metrics import MemoryLogger
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def worker_and_model(tok: Any, sandbox: SandboxBackend) -> Iterator[tuple[RolloutWorker, Any]]:
+    model = TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=128, seed=0).create(tok)
+    train, _ = toy_tasks()
+    demos = [code_demonstration(tok, t, toy_solution(t)) for t in train[:6]]
+    train_sft(model, tok, demos, SFTConfig(steps=60, batch_size=8, lr=3e-3))
+    worker = RolloutWorker(model, tok, WorkerSpec(policy_dir="", threads=0), sandbox=sandbox)
+    yield worker, model
+    worker.close()
+
+
+def test_rounds_add_only_new_verified_successes(
+    tok: Any, worker_and_model: tuple[RolloutWorker, Any]
+) -> None:
+    worker, model = worker_and_model
+    train, _ = toy_tasks()
+    demos = [code_demonstration(tok, t, toy_solution(t)) for t in train[:6]]
+    before = [p.detach().clone() for p in model.parameters()]
+    logger = MemoryLogger()
+    config = ExpertIterationConfig(rounds=2, samples_per_task=3, sft=SFTConfig(steps=5, batch_size=4))
+    stats = expert_iteration(model, tok, train[:6], demos, config, worker=worker, logger=logger)
+    assert [s.round for s in stats] == [0, 1]
+    assert stats[0].data_size == len(demos) + stats[0].new_trajectories
+    assert stats[1].data_size == stats[0].data_size + stats[1].new_trajectories
+    assert all(0.0 <= s.success_rate <= 1.0 for s in stats)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert logger.series("expert_iteration/data_size").tolist() == [float(s.data_size) for s in stats]
+
+
+def test_verified_successes_keep_passing_episodes_once(
+    tok: Any, worker_and_model: tuple[RolloutWorker, Any]
+) -> None:
+    worker, _ = worker_and_model
+    train, _ = toy_tasks()
+    chunk = Chunk(
+        mode="code",
+        tasks=[train[0]] * 6,
+        groups=list(range(6)),
+        sampling=SamplingConfig(temperature=0.0, max_new_tokens=12),
+    )
+    trajs = worker.run(chunk)  # greedy: six identical episodes
+    kept = verified_successes(trajs)
+    passed = [t for t in trajs if t.steps[-1].info["success"]]
+    assert len(kept) == (1 if passed else 0)
+    assert all(t.steps[-1].info["success"] for t in kept)
