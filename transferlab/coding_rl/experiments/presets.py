@@ -18,7 +18,7 @@ LEARN_PRESETS: dict[str, LearnConfig] = {
     "demo": LearnConfig(
         seeds=[0],
         algos=["grpo"],
-        rl=RLConfig(steps=40, tasks_per_step=8, group_size=4, lr=5e-4, checkpoint_every=10),
+        rl=RLConfig(steps=100, tasks_per_step=8, group_size=4, lr=5e-4, checkpoint_every=25),
         curve_every=0,
     ),
     "smoke": LearnConfig(
