@@ -223,6 +223,7 @@ class StepBatch:
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
     old_logprobs: torch.Tensor
+    logprob_mask: torch.Tensor
     token_rewards: torch.Tensor
 
 
@@ -253,6 +254,7 @@ def build_batch(trajs: list[Trajectory], pad_id: int, mask_observations: bool = 
         attention_mask=packed["attention_mask"],
         loss_mask=loss_mask,
         old_logprobs=packed["old_logprobs"],
+        logprob_mask=packed["logprob_mask"].bool(),
         token_rewards=packed["token_rewards"],
     )
 
@@ -271,15 +273,12 @@ def _ref_logprobs(reference: Any, batch: StepBatch) -> torch.Tensor | None:
         return forward_policy(reference, batch.input_ids, batch.attention_mask).logprobs
 
 
-def _old_logprobs(model: Any, batch: StepBatch, config: RLConfig) -> torch.Tensor:
+def _old_logprobs(current: torch.Tensor, batch: StepBatch, config: RLConfig) -> torch.Tensor:
     """Sampling log-probs on action tokens; where the mask also covers other tokens (ablation), the
-    current policy's own log-probs (ratio 1 on the first epoch)."""
+    current policy's own log-probs ``current`` (ratio 1 on the first epoch)."""
     if config.mask_observations:
         return batch.old_logprobs
-    with torch.no_grad():
-        current = forward_policy(model, batch.input_ids, batch.attention_mask).logprobs
-    sampled = to_tensors(batch.trajs, validate=False)["logprob_mask"].bool()
-    return torch.where(sampled, batch.old_logprobs, current)
+    return torch.where(batch.logprob_mask, batch.old_logprobs, current.detach())
 
 
 def update(
@@ -293,7 +292,6 @@ def update(
     """The optimizer passes of one iteration (GRPO or PPO); returns the update's metrics."""
     mask = batch.loss_mask
     ref_logp = _ref_logprobs(reference, batch)
-    old_logp = _old_logprobs(model, batch, config)
     metrics: dict[str, float] = {}
     params = [p for p in model.parameters() if p.requires_grad]
     value_params = list(value_head.parameters()) if value_head is not None else []
@@ -303,18 +301,20 @@ def update(
         if float(weights.sum()) == 0.0:
             metrics["train/skipped_update"] = 1.0
             return metrics
-    else:
-        with torch.no_grad():
-            values = forward_policy(
-                model, batch.input_ids, batch.attention_mask, value_head, config.detach_value
-            ).values
-        assert values is not None
-        old_values: torch.Tensor = values
+    model.train()
+    # the first epoch's forward pass also gives the rollout-time values and log-probs (same weights)
+    out = forward_policy(model, batch.input_ids, batch.attention_mask, value_head, config.detach_value)
+    old_logp = _old_logprobs(out.logprobs, batch, config)
+    if config.algo == "ppo":
+        assert out.values is not None
+        old_values = out.values.detach()
         rewards = torch.where(batch.loss_mask, batch.token_rewards, torch.zeros_like(batch.token_rewards))
         tok_adv, tok_ret = gae(rewards, old_values, batch.loss_mask, config.gamma, config.lam, None, "turn")
-    model.train()
-    for _ in range(config.epochs):
-        out = forward_policy(model, batch.input_ids, batch.attention_mask, value_head, config.detach_value)
+    for epoch in range(config.epochs):
+        if epoch > 0:
+            out = forward_policy(
+                model, batch.input_ids, batch.attention_mask, value_head, config.detach_value
+            )
         if config.algo == "grpo":
             terms: Any = grpo_loss(
                 out.logprobs,
