@@ -399,11 +399,14 @@ FORGE_ON_FDS = src("""
         writable = []
         for fd in range(21):
             try:
-                os.write(fd, blob)
+                os.write(fd, b"")  # EBADF on closed or read-only fds, before anything is sent
                 writable.append(fd)
             except OSError:
                 pass
+        # printed first: a forged "done" frame may end the job before anything after it runs
         print("writable fds:", writable, flush=True)
+        for fd in writable:
+            os.write(fd, blob)
         os._exit(0)
 """)
 LOOKUP_TABLE = "def add(a, b):\n    return {(1, 2): 3, (-5, 5): 0}.get((a, b), 0)\n"

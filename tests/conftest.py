@@ -1,0 +1,29 @@
+"""Fixtures shared by every test package."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+#: The real datasets for tests and benchmarks (see ../shared/data/README.md); never needed at run time.
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _shared_file(relative: str) -> Path:
+    """The path of ``relative`` under the shared data folder, or skip (fail under CI) when absent."""
+    path = SHARED_DATA / relative
+    if path.exists():
+        return path
+    reason = f"shared data {relative!r} not found under {SHARED_DATA}"
+    if os.environ.get("TRANSFERLAB_REQUIRE_SHARED") == "1":
+        pytest.fail(f"{reason}, and TRANSFERLAB_REQUIRE_SHARED=1 requires it", pytrace=False)
+    pytest.skip(f"{reason} (set TRANSFERLAB_REQUIRE_SHARED=1 to fail instead)")
+
+
+@pytest.fixture
+def shared_data() -> Callable[[str], Path]:
+    """``shared_data("cdnow/CDNOW_sample.txt")``: a file of ../shared/data, skipping when it is absent."""
+    return _shared_file

@@ -1,0 +1,1 @@
+"""Adapters to real public data: CDNOW transactions and the Open Bandit Dataset."""
