@@ -426,7 +426,9 @@ class MarketWorld:
         promo_on = c.promo_left > 0
         recency = 1.0 - np.exp(-(d - c.last_purchase) / max(cfg.pull_forward_days, 1e-9))
         rate = c.rate * cfg.rate_scale * WEEKLY_SEASON[weekday] * shock * price_term
-        rate = rate * (1.0 + np.where(promo_on, c.promo_strength, 0.0)) * recency
+        strength = np.where(promo_on, c.promo_strength, 0.0)
+        pulled_in = cfg.promo_reach_rate * cfg.rate_scale * WEEKLY_SEASON[weekday] * shock
+        rate = (rate * (1.0 + strength) + pulled_in * strength / (cfg.max_uplift - 0.7)) * recency
         p = -np.expm1(-rate)
         buyers = np.flatnonzero(c.alive & (rng.random(c.n) < p))
         self._orders(buyers, prefs[buyers], promo_on[buyers])

@@ -84,6 +84,13 @@ class WorldConfig(BaseConfig):
     max_uplift: float = Field(
         6.0, gt=0, description="Largest multiplier a generous discount puts on a customer's purchase rate."
     )
+    promo_reach_rate: float = Field(
+        0.03,
+        ge=0,
+        le=1,
+        description="Daily purchase chance a fully effective offer adds on top of a customer's own rate "
+        "(brings in customers who would not have bought at all).",
+    )
     fatigue_decay: float = Field(0.85, gt=0, lt=1, description="Daily decay of push fatigue.")
     pull_forward_days: float = Field(
         10.0,
