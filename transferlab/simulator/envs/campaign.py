@@ -296,21 +296,23 @@ def run_policy(
 ) -> dict[str, np.ndarray]:
     """Run one batch of episodes with ``policy(obs (n, OBS_DIM), rng) -> actions (n,)``.
 
-    Returns per-episode ``return`` (n,) and the summed outcome vectors ``outcome`` (n, len(DAY_KEYS))
-    including the settlement days.
+    Returns per-episode ``return`` (n,), the summed outcome vectors ``outcome`` (n, len(DAY_KEYS))
+    including the settlement days, and the decision days' outcomes ``daily`` (horizon, n, len(DAY_KEYS)).
     """
     env = CampaignVectorEnv(market, episode, reward)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
     total = np.zeros(env.num_envs)
     outcome = np.zeros((env.num_envs, len(DAY_KEYS)))
+    daily = []
     done = False
     while not done:
         obs, r, _, trunc, info = env.step(policy(obs, rng))
         total += r
+        daily.append(info["outcome"])
         outcome += info["outcome"] + info.get("settled_outcome", 0.0)
         done = bool(trunc.all())
-    return {"return": total, "outcome": outcome}
+    return {"return": total, "outcome": outcome, "daily": np.stack(daily)}
 
 
 __all__ = [
