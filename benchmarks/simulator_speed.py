@@ -1,0 +1,438 @@
+"""Simulator speed: customer-days per second of the vector world and the learned simulator against the
+straightforward one-simpy-process-per-customer world, measured in one run, with the issue-5 targets.
+
+Measured here, every rate in one process with one thread (numpy's BLAS pools limited to 1):
+
+* the reference world (``transferlab.simulator.reference_world``: one simpy process per customer) and
+  the vector world (``MarketWorld``: customers as numpy arrays) at each market size: build the market,
+  then simulate ``--days`` days under a fixed action plan (a random catalog campaign on about a third
+  of the days, the same plan for both); the median over ``--repeats`` seeds;
+* the learned simulator's batched ``SimMarket`` (``transferlab.simulator.learned``): ``reset`` then
+  ``--days`` steps of ``batch`` markets of 1,000 customers, each market with its own random actions;
+* seed 000's training budget, 100,000 episodes x 30 days x 1,000 customers with the learned
+  simulator on ``--processes`` processes: projected from the single-process rate, and measured by
+  running a fraction of the episodes on that many processes at once and extrapolating linearly
+  (the one-off start-up, process spawn and compile, is added once, not extrapolated).
+
+A customer-day is one customer simulated for one day. Verdicts are computed from the measurements
+against the targets: >= 100x the per-customer reference (same market size), >= 1M customer-days per
+second per core, 100,000 episodes in under 10 minutes. No timing is asserted anywhere.
+
+Usage: python benchmarks/simulator_speed.py [--quick] [--json PATH] [--markdown PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import multiprocessing as mp
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from transferlab.simulator.market import CATALOG
+from transferlab.simulator.reference_world import ReferenceWorld
+from transferlab.simulator.world import MarketWorld
+from transferlab.simulator.world_config import CustomerPrior, WorldConfig
+
+FALLBACK_PRIOR = CustomerPrior(
+    r=0.243, alpha_days=30.9, a=0.793, b=2.426, spend_log_mu=3.2, spend_log_sigma=0.8
+)
+REFERENCE = "reference: one simpy process per customer"
+VECTOR = "vector world (MarketWorld)"
+LEARNED = "learned simulator (SimMarket)"
+TARGET_RATIO, TARGET_RATE, TARGET_SECONDS = 100.0, 1_000_000.0, 600.0
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    """What to measure. The defaults are the recorded run; :meth:`quick` is the test's smoke size."""
+
+    sizes: tuple[int, ...] = (1_000, 10_000)
+    """Market sizes (customers) at which the reference and the vector world are both timed."""
+    days: int = 30
+    """Days simulated per timed run (an episode: seed 000's 30 days)."""
+    repeats: int = 3
+    """Timed runs per implementation and size (different seeds); the median is reported."""
+    batches: tuple[int, ...] = (10, 100, 1_000)
+    """Markets per learned-simulator batch (each of ``episode_customers`` customers)."""
+    episode_customers: int = 1_000
+    """Customers per market in the learned simulator and the training-budget projection."""
+    target_episodes: int = 100_000
+    """Episodes in seed 000's training budget."""
+    measured_episodes: int = 4_000
+    """Episodes actually simulated on ``processes`` processes for the measured projection."""
+    processes: int = 2
+    """Processes for the training-budget measurement (one per core of this machine)."""
+    quick_params: bool = False
+    """Use the learned simulator's toy parameters instead of fitting them (smoke runs only)."""
+
+    def __post_init__(self) -> None:
+        if self.episode_customers not in self.sizes:
+            raise ValueError(
+                f"episode_customers={self.episode_customers} must be one of sizes={self.sizes}: the learned "
+                "simulator is compared with the reference at the same market size"
+            )
+
+    @classmethod
+    def quick(cls) -> SpeedConfig:
+        return cls(
+            sizes=(200, 400),
+            days=5,
+            repeats=1,
+            batches=(4,),
+            episode_customers=200,
+            measured_episodes=8,
+            quick_params=True,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Timed runs
+# --------------------------------------------------------------------------------------------------
+
+
+def action_plan(n_markets: int, days: int, seed: int) -> np.ndarray:
+    """Catalog indices ``(n_markets, days)``: a uniformly drawn campaign on ~1/3 of days, else none."""
+    rng = np.random.default_rng([seed, 7])
+    campaign = rng.integers(1, len(CATALOG), (n_markets, days))
+    return np.where(rng.random((n_markets, days)) < 1 / 3, campaign, 0)
+
+
+World = type[MarketWorld] | type[ReferenceWorld]
+
+
+def time_world(cls: World, n: int, days: int, seed: int, prior: CustomerPrior) -> float:
+    """Seconds to build a market of ``n`` customers and simulate ``days`` days of the action plan."""
+    plan = action_plan(1, days, seed)[0]
+    t0 = time.perf_counter()
+    world = cls(WorldConfig(n_customers=n, seed=seed), prior=prior)
+    for day in range(days):
+        world.step(CATALOG[int(plan[day])])
+    return time.perf_counter() - t0
+
+
+def time_learned(market: Any, days: int, seed: int) -> float:
+    """Seconds for ``reset`` plus ``days`` steps of a batched ``SimMarket``."""
+    plan = action_plan(market.n_envs, days, seed)
+    t0 = time.perf_counter()
+    market.reset(seed)
+    for day in range(days):
+        market.step(plan[:, day])
+    return time.perf_counter() - t0
+
+
+def rate_row(
+    implementation: str, customers: int, markets: int, days: int, seconds: list[float]
+) -> dict[str, Any]:
+    median = statistics.median(seconds)
+    customer_days = customers * markets * days
+    return {
+        "implementation": implementation,
+        "customers": customers,
+        "markets": markets,
+        "days": days,
+        "customer_days": customer_days,
+        "repeats": len(seconds),
+        "seconds": median,
+        "customer_days_per_s": customer_days / median,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# The learned simulator
+# --------------------------------------------------------------------------------------------------
+
+
+def learned_params(cfg: SpeedConfig, log: Callable[[str], None]) -> tuple[Any, str]:
+    """The learned simulator's parameters and how they were made, or ``(None, why not)``."""
+    try:
+        from transferlab.simulator.learned.market import SimParams
+    except ImportError as exc:
+        return None, f"not measured: transferlab.simulator.learned is not available ({exc})"
+    if cfg.quick_params:
+        return SimParams.toy(n_customers=500), "toy parameters (SimParams.toy, not fitted: smoke run)"
+    return SimParams.toy(n_customers=500), "toy parameters (SimParams.toy, not fitted)"
+
+
+def _episode_worker(args: tuple[Any, int, int, int, int, Any, Any]) -> tuple[float, float, int]:
+    """Run ``episodes`` episodes in batches after the barrier; returns (start, end, episodes)."""
+    params, batch, customers, days, episodes, seed, barrier = args
+    from transferlab.simulator.learned.market import SimMarket
+
+    with threadpool_limits(1):
+        market = SimMarket(params, n_envs=batch, n_customers=customers, seed=seed, track_campaigns=False)
+        barrier.wait()
+        start, done = time.perf_counter(), 0
+        while done < episodes:
+            time_learned(market, days, seed + done)
+            done += batch
+        return start, time.perf_counter(), done
+
+
+def measure_budget(cfg: SpeedConfig, params: Any, batch: int) -> dict[str, Any]:
+    """Run ``measured_episodes`` episodes on ``processes`` processes at once; wall time and start-up."""
+    per_process = -(-cfg.measured_episodes // cfg.processes)
+    per_process = -(-per_process // batch) * batch  # whole batches
+    ctx = mp.get_context("spawn")
+    t_spawn = time.perf_counter()
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(cfg.processes)
+        jobs = [
+            (params, batch, cfg.episode_customers, cfg.days, per_process, 1000 * (i + 1), barrier)
+            for i in range(cfg.processes)
+        ]
+        with ctx.Pool(cfg.processes) as pool:
+            results = pool.map(_episode_worker, jobs)
+    start, end = min(r[0] for r in results), max(r[1] for r in results)
+    episodes = sum(r[2] for r in results)
+    wall = end - start
+    startup = start - t_spawn  # perf_counter is system-wide on Linux: spawn, imports, compile
+    scale = cfg.target_episodes / episodes
+    return {
+        "processes": cfg.processes,
+        "batch": batch,
+        "measured_episodes": episodes,
+        "measured_wall_s": wall,
+        "measured_customer_days_per_s": episodes * cfg.episode_customers * cfg.days / wall,
+        "startup_s": startup,
+        "extrapolated_s": wall * scale + startup,
+        "fraction": episodes / cfg.target_episodes,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------
+
+
+def default_prior() -> tuple[CustomerPrior, str]:
+    try:
+        return CustomerPrior.from_cdnow(), "CDNOW fit (cdnow_prior.json)"
+    except FileNotFoundError:
+        return FALLBACK_PRIOR, f"explicit fallback {asdict(FALLBACK_PRIOR)} (cdnow_prior.json absent)"
+
+
+def run(cfg: SpeedConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    prior, prior_note = default_prior()
+    rows: list[dict[str, Any]] = []
+    with threadpool_limits(1):
+        for n in cfg.sizes:
+            for name, cls in ((REFERENCE, ReferenceWorld), (VECTOR, MarketWorld)):
+                log(f"timing {name} at {n:,} customers ...")
+                time_world(cls, min(n, 100), 2, 999, prior)  # warm-up: imports, caches
+                secs = [time_world(cls, n, cfg.days, seed, prior) for seed in range(cfg.repeats)]
+                rows.append(rate_row(name, n, 1, cfg.days, secs))
+        params, learned_note = learned_params(cfg, log)
+        if params is not None:
+            from transferlab.simulator.learned.market import SimMarket
+
+            for batch in cfg.batches:
+                log(f"timing {LEARNED}, {batch} markets of {cfg.episode_customers:,} customers ...")
+                market = SimMarket(params, n_envs=batch, n_customers=cfg.episode_customers, seed=0)
+                market.track_campaigns = False
+                time_learned(market, 2, 999)
+                secs = [time_learned(market, cfg.days, seed) for seed in range(cfg.repeats)]
+                rows.append(rate_row(LEARNED, cfg.episode_customers, batch, cfg.days, secs))
+    reference = {r["customers"]: r["customer_days_per_s"] for r in rows if r["implementation"] == REFERENCE}
+    for r in rows:
+        ref = reference.get(r["customers"])
+        r["ratio_to_reference"] = r["customer_days_per_s"] / ref if ref else None
+    budget: dict[str, Any] | None = None
+    if params is not None:
+        best = max(
+            (r for r in rows if r["implementation"] == LEARNED), key=lambda r: r["customer_days_per_s"]
+        )
+        log(f"measuring {cfg.measured_episodes:,} episodes on {cfg.processes} processes ...")
+        budget = measure_budget(cfg, params, best["markets"])
+        total_cd = cfg.target_episodes * cfg.days * cfg.episode_customers
+        budget |= {
+            "target_episodes": cfg.target_episodes,
+            "customer_days": total_cd,
+            "projected_s": total_cd / (cfg.processes * best["customer_days_per_s"]),
+        }
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "config": asdict(cfg),
+        "prior": prior_note,
+        "learned_params": learned_note,
+        "rows": rows,
+        "budget": budget,
+        "verdicts": verdicts(rows, budget, cfg),
+    }
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "processor": platform.processor() or platform.machine(),
+        "load_1min": load[0],
+    }
+
+
+def verdict(value: float | None, threshold: float, below: bool = False) -> str:
+    """PASS when ``value`` meets ``threshold`` (``>=``, or ``<`` when ``below``); n/a when not measured."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return "PASS" if (value < threshold if below else value >= threshold) else "FAIL"
+
+
+def verdicts(
+    rows: list[dict[str, Any]], budget: dict[str, Any] | None, cfg: SpeedConfig
+) -> list[dict[str, Any]]:
+    """One verdict per target and measured implementation (the learned simulator's are n/a if absent)."""
+    measured = [r for r in rows if r["implementation"] != REFERENCE]
+    if not any(r["implementation"] == LEARNED for r in measured):
+        measured.append({"implementation": LEARNED, "customers": cfg.episode_customers, "markets": 0})
+    checks: list[tuple[str, str, float, Callable[[float], str]]] = [
+        (
+            "ratio_to_reference",
+            f">= {TARGET_RATIO:.0f}x the per-customer reference",
+            TARGET_RATIO,
+            lambda v: f"{v:,.1f}x",
+        ),
+        ("customer_days_per_s", ">= 1M customer-days/s per core", TARGET_RATE, lambda v: f"{v / 1e6:,.2f}M"),
+    ]
+    out = []
+    for key, target, threshold, shown in checks:
+        for r in measured:
+            v = r.get(key)
+            out.append(
+                {
+                    "target": target,
+                    "implementation": _label(r),
+                    "measured": v,
+                    "shown": "n/a" if v is None else shown(v),
+                    "verdict": verdict(v, threshold),
+                }
+            )
+    secs = None if budget is None else budget["extrapolated_s"]
+    out.append(
+        {
+            "target": f"{cfg.target_episodes:,} episodes x {cfg.days} days x {cfg.episode_customers:,} "
+            "customers < 10 min",
+            "implementation": f"{LEARNED}, {cfg.processes} processes (measured on a fraction, extrapolated)",
+            "measured": secs,
+            "shown": "n/a" if secs is None else f"{secs / 60:.1f} min",
+            "verdict": verdict(secs, TARGET_SECONDS, below=True),
+        }
+    )
+    return out
+
+
+def _label(row: dict[str, Any]) -> str:
+    if row["implementation"] == LEARNED:
+        markets = f"batch of {row['markets']:,} markets x " if row["markets"] else ""
+        return f"{LEARNED}, {markets}{row['customers']:,} customers"
+    return f"{row['implementation']}, {row['customers']:,} customers"
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------------
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.3g}"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The tables (Markdown): rates, the training budget, verdicts."""
+    cfg, m = result["config"], result["machine"]
+    lines = [
+        f"{m['cpus']} CPUs ({m['processor']}), Python {m['python']}, numpy {m['numpy']}, one thread per "
+        f"process, 1-minute load average {m['load_1min']:.1f} at the start; prior: {result['prior']}; "
+        f"learned simulator: {result['learned_params']}.",
+        "",
+        "| implementation | customers per market | markets | days | customer-days | s (median) "
+        "| customer-days/s | x reference |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        ratio = "" if r["ratio_to_reference"] is None else f"{r['ratio_to_reference']:,.1f}x"
+        lines.append(
+            f"| {r['implementation']} | {r['customers']:,} | {r['markets']:,} | {r['days']} "
+            f"| {r['customer_days']:,} | {r['seconds']:.3f} | {_num(r['customer_days_per_s'])} | {ratio} |"
+        )
+    b = result["budget"]
+    if b is not None:
+        lines += [
+            "",
+            f"Training budget: {b['target_episodes']:,} episodes x {cfg['days']} days x "
+            f"{cfg['episode_customers']:,} customers = {b['customer_days']:,} customer-days, learned "
+            f"simulator in batches of {b['batch']:,} markets on {b['processes']} processes.",
+            "",
+            "| | value |",
+            "|---|---:|",
+            f"| projected: single-process rate x {b['processes']} | {b['projected_s'] / 60:.1f} min |",
+            f"| measured: {b['measured_episodes']:,} episodes ({b['fraction']:.1%} of the budget) on "
+            f"{b['processes']} processes at once | {b['measured_wall_s']:.2f} s "
+            f"({_num(b['measured_customer_days_per_s'])} customer-days/s) |",
+            f"| one-off start-up (spawn, imports, compile), counted once | {b['startup_s']:.1f} s |",
+            f"| measured on {b['fraction']:.1%}, extrapolated linearly to {b['target_episodes']:,} "
+            f"episodes | {b['extrapolated_s'] / 60:.1f} min |",
+        ]
+    lines += ["", "| target | implementation | measured | verdict |", "|---|---|---:|---|"]
+    for v in result["verdicts"]:
+        lines.append(f"| {v['target']} | {v['implementation']} | {v['shown']} | {v['verdict']} |")
+    return "\n".join(lines)
+
+
+def write_markdown(result: dict[str, Any], path: Path, command: str) -> None:
+    from transferlab.platform.io import atomic_write_text
+
+    text = "\n".join(
+        [
+            "# Simulator speed: customer-days per second",
+            "",
+            f"`{command}`, {result['date']}. Raw numbers: `{path.with_suffix('.json').name}`.",
+            "",
+            render(result),
+            "",
+        ]
+    )
+    atomic_write_text(path, text)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--quick", action="store_true", help="smoke sizes (seconds; for tests)")
+    p.add_argument("--json", type=Path, help="also write the result as JSON here")
+    p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here, with the command")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = SpeedConfig.quick() if args.quick else SpeedConfig()
+    result = run(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(render(result))
+    command = shlex.join(
+        [".venv/bin/python", "benchmarks/simulator_speed.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    if args.json:
+        from transferlab.platform.io import atomic_write_json
+
+        atomic_write_json(args.json, result | {"command": command})
+    if args.markdown:
+        write_markdown(result, args.markdown, command)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
