@@ -33,6 +33,7 @@ lint: install
 bench: install
 	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) benchmarks/trainer_throughput.py
+	$(PY) benchmarks/simulator_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
