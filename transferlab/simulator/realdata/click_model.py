@@ -34,9 +34,10 @@ import numpy.typing as npt
 import pandas as pd
 from sklearn.compose import ColumnTransformer
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import log_loss, roc_auc_score
+from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
+from threadpoolctl import threadpool_limits
 
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci
 from transferlab.simulator.realdata.obd import ITEM_FEATURE_PREFIX, ObdLog, load_obd
@@ -210,13 +211,13 @@ def cross_validated_log_loss(
     constant = []
     for train, test in splits:
         rate = np.full(len(test), np.average(y[train], weights=weight[train]))
-        constant.append(log_loss(y[test], rate, sample_weight=weight[test], labels=[0, 1]))
+        constant.append(float(np.average(binary_log_losses(y[test], rate), weights=weight[test])))
     scores["constant"] = float(np.mean(constant))
     for c in c_grid:
         losses = []
         for train, test in splits:
             p = _logit(c, z[train], y[train], weight[train]).predict_proba(z[test])[:, 1]
-            losses.append(log_loss(y[test], p, sample_weight=weight[test], labels=[0, 1]))
+            losses.append(float(np.average(binary_log_losses(y[test], p), weights=weight[test])))
         scores[c] = float(np.mean(losses))
     return scores
 
@@ -248,12 +249,14 @@ class ClickModel:
         encoder = _encoder(spec)
         z = np.asarray(encoder.fit_transform(click_features(log, spec)), dtype=np.float64)
         weight = ipw_weights(log.propensity) if cfg.ipw else np.ones(len(y))
-        if cfg.c is None:
-            self.cv_log_loss_ = cross_validated_log_loss(z, y, weight, cfg.c_grid, cfg.cv_folds, cfg.seed)
-            self.c_ = min(cfg.c_grid, key=lambda c: self.cv_log_loss_[c])
-        else:
-            self.c_ = cfg.c
-        self._logit = _logit(self.c_, z, y, weight)
+        # the design is small (about 10^4 x 10^1): threaded BLAS only adds overhead (10x on a busy machine)
+        with threadpool_limits(limits=1):
+            if cfg.c is None:
+                self.cv_log_loss_ = cross_validated_log_loss(z, y, weight, cfg.c_grid, cfg.cv_folds, cfg.seed)
+                self.c_ = min(cfg.c_grid, key=lambda c: self.cv_log_loss_[c])
+            else:
+                self.c_ = cfg.c
+            self._logit = _logit(self.c_, z, y, weight)
         self._encoder, self.spec_ = encoder, spec
         return self
 

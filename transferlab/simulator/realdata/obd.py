@@ -245,6 +245,7 @@ def load_item_context(path: str | Path, n_items: int | None = None) -> pd.DataFr
             f"extra {extra}, missing {absent}; pass the item_context.csv of the same campaign"
         )
     out = raw[features].copy()
+    out[features[0]] = _float_column(raw, features[0], path)
     out.insert(0, "item_id", ids)
     out = out.sort_values("item_id").reset_index(drop=True)
     for col in features[1:]:
@@ -353,7 +354,7 @@ def _bad_rows(mask: pd.Series) -> str:
 
 def _timestamps(raw: pd.DataFrame, path: Path) -> pd.Series:
     try:
-        return pd.to_datetime(raw["timestamp"], utc=True)
+        return pd.to_datetime(raw["timestamp"], utc=True, format="ISO8601")
     except (ValueError, TypeError) as exc:
         raise ObdFormatError(f"{path}: timestamp is not a date-time ({exc}); use ISO 8601 UTC") from None
 
