@@ -96,3 +96,75 @@ def _progress(description: str, total: int, quiet: bool) -> Iterator[Callable[[]
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda: bar.advance(task)
+
+
+# ------------------------------------------------------------------------------------------- obd-ctr
+
+
+@app.command("obd-ctr")
+def obd_ctr_command(
+    train: Annotated[Path, typer.Option("--train", help="OBD log to fit on, e.g. obd/random/men/men.csv.")],
+    eval_log: Annotated[Path, typer.Option("--eval", help="Another policy's OBD log to predict.")],
+    item_context: Annotated[
+        Path | None, typer.Option("--item-context", help="The campaign's item_context.csv (item features).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the CV split and the bootstraps.")] = 0,
+    ipw: Annotated[
+        bool, typer.Option("--ipw", help="Weight training impressions by 1/propensity (non-uniform logs).")
+    ] = False,
+    user_features: Annotated[
+        bool, typer.Option("--user-features", help="Also use the hashed user features.")
+    ] = False,
+    refit_boot: Annotated[
+        int, typer.Option("--refit-boot", help="Refits on bootstrap resamples of --train for a CI (0: off).")
+    ] = 0,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write a calibration plot (PNG) of predicted vs observed.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Fit the click model on one policy's OBD log and predict another policy's click rate."""
+    import json
+
+    from transferlab.simulator.realdata.click_model import ClickModelConfig, obd_ctr
+
+    if refit_boot < 0:
+        fail(f"--refit-boot must be 0 (off) or a positive number of refits, got {refit_boot}")
+    try:
+        config = ClickModelConfig(user_features=user_features, ipw=ipw, seed=seed)
+        summary = obd_ctr(train, eval_log, item_context, config, refit_boot=refit_boot, plot=plot)
+    except ValueError as exc:
+        fail(str(exc))
+    train_info = summary["train"]
+    if isinstance(train_info, dict) and not train_info["uniform_propensity"] and not ipw:
+        print("note: --train's propensities are not uniform; --ipw reweights them", file=sys.stderr)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        _print_obd_table(summary)
+
+
+def _print_obd_table(summary: dict[str, object]) -> None:
+    """The headline figures of ``obd-ctr`` as a rich table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def ci(key: str) -> str:
+        value = summary.get(key)
+        return f"[{value[0]:.4f}, {value[1]:.4f}]" if isinstance(value, list) else ""
+
+    auc = summary["auc"]
+    table = Table(title="click model: fitted on --train, evaluated on --eval", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("95% CI", justify="right")
+    table.add_row("predicted CTR", f"{summary['predicted_ctr']:.4f}", ci("predicted_ctr_ci"))
+    if "predicted_ctr_refit_ci" in summary:
+        table.add_row("predicted CTR (refits of --train)", "", ci("predicted_ctr_refit_ci"))
+    table.add_row("actual CTR", f"{summary['actual_ctr']:.4f}", ci("actual_ctr_ci"))
+    table.add_row("relative error", f"{summary['relative_error']:.3f}", "")
+    table.add_row("AUC", "n/a" if auc is None else f"{auc:.3f}", "")
+    table.add_row("log loss", f"{summary['log_loss']:.5f}", "")
+    table.add_row("baseline log loss (constant rate)", f"{summary['baseline_log_loss']:.5f}", "")
+    table.add_row("log loss, ours minus baseline", f"{summary['log_loss_diff']:+.5f}", ci("log_loss_diff_ci"))
+    Console().print(table)
