@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import math
 import multiprocessing as mp
 import os
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from transferlab.simulator.envs.campaign import EpisodeConfig
 from transferlab.simulator.market import CATALOG
 from transferlab.simulator.reference_world import ReferenceWorld
 from transferlab.simulator.world import MarketWorld
@@ -75,6 +77,10 @@ class SpeedConfig:
     """Episodes actually simulated on ``processes`` processes for the measured projection."""
     processes: int = 2
     """Processes for the training-budget measurement (one per core of this machine)."""
+    log_days: int = 365
+    """Days of logs the learned simulator is fitted on."""
+    log_customers: int = 2_000
+    """Customers in the logged world."""
     quick_params: bool = False
     """Use the learned simulator's toy parameters instead of fitting them (smoke runs only)."""
 
@@ -156,14 +162,33 @@ def rate_row(
 
 
 def learned_params(cfg: SpeedConfig, log: Callable[[str], None]) -> tuple[Any, str]:
-    """The learned simulator's parameters and how they were made, or ``(None, why not)``."""
+    """The learned simulator's parameters and how they were made, or ``(None, why not)``.
+
+    Fitted (``fit_simulator``) on logs of the ground-truth world under the marketer (``generate_logs``);
+    the fit's own time is not part of any rate. ``quick_params`` takes the hand-made toy parameters.
+    """
     try:
         from transferlab.simulator.learned.market import SimParams
     except ImportError as exc:
         return None, f"not measured: transferlab.simulator.learned is not available ({exc})"
     if cfg.quick_params:
-        return SimParams.toy(n_customers=500), "toy parameters (SimParams.toy, not fitted: smoke run)"
-    return SimParams.toy(n_customers=500), "toy parameters (SimParams.toy, not fitted)"
+        return SimParams.toy(n_customers=500), "toy parameters (`SimParams.toy`, not fitted: smoke run)"
+    try:
+        from transferlab.simulator.learned.fit import fit_simulator
+        from transferlab.simulator.logs import LogSpec, generate_logs
+
+        log(f"fitting the learned simulator on {cfg.log_days} days x {cfg.log_customers:,} customers ...")
+        t0 = time.perf_counter()
+        world = WorldConfig(n_customers=cfg.log_customers, seed=0)
+        fit = fit_simulator(generate_logs(LogSpec(days=cfg.log_days, world=world)))
+    except (ImportError, FileNotFoundError) as exc:  # no fit yet, or no CDNOW prior for the logs
+        why = f"{type(exc).__name__}: {exc}"
+        return SimParams.toy(n_customers=500), f"toy parameters (`SimParams.toy`, not fitted: {why})"
+    took = time.perf_counter() - t0
+    return fit.params, (
+        f"fitted by `fit_simulator` on {cfg.log_days} days x {cfg.log_customers:,} customers of "
+        f"`generate_logs` (world seed 0, the marketer policy); logs and fit took {took:.0f} s, untimed"
+    )
 
 
 def _episode_worker(args: tuple[Any, int, int, int, int, Any, Any]) -> tuple[float, float, int]:
@@ -225,6 +250,7 @@ def default_prior() -> tuple[CustomerPrior, str]:
 
 
 def run(cfg: SpeedConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    load_start = os.getloadavg()[0]
     prior, prior_note = default_prior()
     rows: list[dict[str, Any]] = []
     with threadpool_limits(1):
@@ -257,14 +283,19 @@ def run(cfg: SpeedConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
         log(f"measuring {cfg.measured_episodes:,} episodes on {cfg.processes} processes ...")
         budget = measure_budget(cfg, params, best["markets"])
         total_cd = cfg.target_episodes * cfg.days * cfg.episode_customers
+        env = EpisodeConfig()
+        env_days = env.warmup_days + cfg.days + env.settle_days
         budget |= {
             "target_episodes": cfg.target_episodes,
             "customer_days": total_cd,
             "projected_s": total_cd / (cfg.processes * best["customer_days_per_s"]),
+            "env_days_per_episode": env_days,
+            "extrapolated_env_s": (budget["extrapolated_s"] - budget["startup_s"]) * env_days / cfg.days
+            + budget["startup_s"],
         }
     return {
         "date": datetime.date.today().isoformat(),
-        "machine": machine(),
+        "machine": machine() | {"load_1min_start": load_start, "load_1min_end": os.getloadavg()[0]},
         "config": asdict(cfg),
         "prior": prior_note,
         "learned_params": learned_note,
@@ -275,13 +306,12 @@ def run(cfg: SpeedConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "simpy": importlib.metadata.version("simpy"),
         "processor": platform.processor() or platform.machine(),
-        "load_1min": load[0],
     }
 
 
@@ -355,9 +385,10 @@ def render(result: dict[str, Any]) -> str:
     """The tables (Markdown): rates, the training budget, verdicts."""
     cfg, m = result["config"], result["machine"]
     lines = [
-        f"{m['cpus']} CPUs ({m['processor']}), Python {m['python']}, numpy {m['numpy']}, one thread per "
-        f"process, 1-minute load average {m['load_1min']:.1f} at the start; prior: {result['prior']}; "
-        f"learned simulator: {result['learned_params']}.",
+        f"{m['cpus']} CPUs ({m['processor']}), Python {m['python']}, numpy {m['numpy']}, simpy "
+        f"{m['simpy']}, one thread per process; 1-minute load average {m['load_1min_start']:.1f} at the "
+        f"start and {m['load_1min_end']:.1f} at the end (other jobs share the cores). Customer prior: "
+        f"{result['prior']}. Learned simulator: {result['learned_params']}.",
         "",
         "| implementation | customers per market | markets | days | customer-days | s (median) "
         "| customer-days/s | x reference |",
@@ -386,6 +417,8 @@ def render(result: dict[str, Any]) -> str:
             f"| one-off start-up (spawn, imports, compile), counted once | {b['startup_s']:.1f} s |",
             f"| measured on {b['fraction']:.1%}, extrapolated linearly to {b['target_episodes']:,} "
             f"episodes | {b['extrapolated_s'] / 60:.1f} min |",
+            f"| the same, scaled to the {b['env_days_per_episode']} simulated days of a `CampaignEnv` "
+            f"episode (warm-up + {cfg['days']} + settlement) | {b['extrapolated_env_s'] / 60:.1f} min |",
         ]
     lines += ["", "| target | implementation | measured | verdict |", "|---|---|---:|---|"]
     for v in result["verdicts"]:
