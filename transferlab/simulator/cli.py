@@ -149,9 +149,9 @@ def _print_obd_table(summary: dict[str, object]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    def ci(key: str) -> str:
+    def ci(key: str, digits: int = 4) -> str:
         value = summary.get(key)
-        return f"[{value[0]:.4f}, {value[1]:.4f}]" if isinstance(value, list) else ""
+        return f"[{value[0]:.{digits}f}, {value[1]:.{digits}f}]" if isinstance(value, list) else ""
 
     auc = summary["auc"]
     table = Table(title="click model: fitted on --train, evaluated on --eval", title_justify="left")
@@ -166,5 +166,6 @@ def _print_obd_table(summary: dict[str, object]) -> None:
     table.add_row("AUC", "n/a" if auc is None else f"{auc:.3f}", "")
     table.add_row("log loss", f"{summary['log_loss']:.5f}", "")
     table.add_row("baseline log loss (constant rate)", f"{summary['baseline_log_loss']:.5f}", "")
-    table.add_row("log loss, ours minus baseline", f"{summary['log_loss_diff']:+.5f}", ci("log_loss_diff_ci"))
+    diff = f"{summary['log_loss_diff']:+.5f}"
+    table.add_row("log loss, ours minus baseline", diff, ci("log_loss_diff_ci", 5))
     Console().print(table)
