@@ -249,50 +249,69 @@ def default_prior() -> tuple[CustomerPrior, str]:
         return FALLBACK_PRIOR, f"explicit fallback {asdict(FALLBACK_PRIOR)} (cdnow_prior.json absent)"
 
 
+def time_worlds(cfg: SpeedConfig, prior: CustomerPrior, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The reference and the vector world at each size, their repeats interleaved (load hits both)."""
+    rows = []
+    for n in cfg.sizes:
+        log(f"timing the reference and the vector world at {n:,} customers ...")
+        secs: dict[str, list[float]] = {REFERENCE: [], VECTOR: []}
+        for seed in range(-1, cfg.repeats):  # seed -1: warm-up, not counted
+            for name, cls in ((REFERENCE, ReferenceWorld), (VECTOR, MarketWorld)):
+                t = time_world(cls, n if seed >= 0 else min(n, 100), cfg.days, max(seed, 0), prior)
+                if seed >= 0:
+                    secs[name].append(t)
+        rows += [rate_row(name, n, 1, cfg.days, s) for name, s in secs.items()]
+    return rows
+
+
+def time_learned_batches(cfg: SpeedConfig, params: Any, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The learned simulator at each batch size (markets of ``episode_customers`` customers)."""
+    from transferlab.simulator.learned.market import SimMarket
+
+    rows = []
+    for batch in cfg.batches:
+        log(f"timing {LEARNED}, {batch} markets of {cfg.episode_customers:,} customers ...")
+        market = SimMarket(params, batch, cfg.episode_customers, seed=0, track_campaigns=False)
+        time_learned(market, 2, 999)  # warm-up
+        secs = [time_learned(market, cfg.days, seed) for seed in range(cfg.repeats)]
+        rows.append(rate_row(LEARNED, cfg.episode_customers, batch, cfg.days, secs))
+    return rows
+
+
+def training_budget(cfg: SpeedConfig, params: Any, best: dict[str, Any]) -> dict[str, Any]:
+    """Seed 000's training budget: projected from the best single-process rate, and measured."""
+    budget = measure_budget(cfg, params, best["markets"])
+    total = cfg.target_episodes * cfg.days * cfg.episode_customers
+    env = EpisodeConfig()
+    env_days = env.warmup_days + cfg.days + env.settle_days
+    simulated = budget["extrapolated_s"] - budget["startup_s"]
+    return budget | {
+        "target_episodes": cfg.target_episodes,
+        "customer_days": total,
+        "projected_s": total / (cfg.processes * best["customer_days_per_s"]),
+        "env_days_per_episode": env_days,
+        "extrapolated_env_s": simulated * env_days / cfg.days + budget["startup_s"],
+    }
+
+
 def run(cfg: SpeedConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every measurement of one run, the ratios to the reference and the verdicts."""
     load_start = os.getloadavg()[0]
     prior, prior_note = default_prior()
-    rows: list[dict[str, Any]] = []
     with threadpool_limits(1):
-        for n in cfg.sizes:
-            for name, cls in ((REFERENCE, ReferenceWorld), (VECTOR, MarketWorld)):
-                log(f"timing {name} at {n:,} customers ...")
-                time_world(cls, min(n, 100), 2, 999, prior)  # warm-up: imports, caches
-                secs = [time_world(cls, n, cfg.days, seed, prior) for seed in range(cfg.repeats)]
-                rows.append(rate_row(name, n, 1, cfg.days, secs))
+        rows = time_worlds(cfg, prior, log)
         params, learned_note = learned_params(cfg, log)
         if params is not None:
-            from transferlab.simulator.learned.market import SimMarket
-
-            for batch in cfg.batches:
-                log(f"timing {LEARNED}, {batch} markets of {cfg.episode_customers:,} customers ...")
-                market = SimMarket(params, n_envs=batch, n_customers=cfg.episode_customers, seed=0)
-                market.track_campaigns = False
-                time_learned(market, 2, 999)
-                secs = [time_learned(market, cfg.days, seed) for seed in range(cfg.repeats)]
-                rows.append(rate_row(LEARNED, cfg.episode_customers, batch, cfg.days, secs))
+            rows += time_learned_batches(cfg, params, log)
     reference = {r["customers"]: r["customer_days_per_s"] for r in rows if r["implementation"] == REFERENCE}
     for r in rows:
         ref = reference.get(r["customers"])
         r["ratio_to_reference"] = r["customer_days_per_s"] / ref if ref else None
-    budget: dict[str, Any] | None = None
+    budget = None
     if params is not None:
-        best = max(
-            (r for r in rows if r["implementation"] == LEARNED), key=lambda r: r["customer_days_per_s"]
-        )
         log(f"measuring {cfg.measured_episodes:,} episodes on {cfg.processes} processes ...")
-        budget = measure_budget(cfg, params, best["markets"])
-        total_cd = cfg.target_episodes * cfg.days * cfg.episode_customers
-        env = EpisodeConfig()
-        env_days = env.warmup_days + cfg.days + env.settle_days
-        budget |= {
-            "target_episodes": cfg.target_episodes,
-            "customer_days": total_cd,
-            "projected_s": total_cd / (cfg.processes * best["customer_days_per_s"]),
-            "env_days_per_episode": env_days,
-            "extrapolated_env_s": (budget["extrapolated_s"] - budget["startup_s"]) * env_days / cfg.days
-            + budget["startup_s"],
-        }
+        learned = [r for r in rows if r["implementation"] == LEARNED]
+        budget = training_budget(cfg, params, max(learned, key=lambda r: r["customer_days_per_s"]))
     return {
         "date": datetime.date.today().isoformat(),
         "machine": machine() | {"load_1min_start": load_start, "load_1min_end": os.getloadavg()[0]},
