@@ -445,6 +445,30 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+NOTES = [
+    "## What is compared",
+    "",
+    "- **reference**: `transferlab/simulator/reference_world.py`, the same model as the vector world "
+    "written the obvious way: a `Customer` object with scalar traits and its own simpy process that sleeps "
+    "until each day's close and draws its own purchase with Python floats, is woken by a push (a simpy "
+    "interrupt), and spawns one process per order (delivery, complaint, return). "
+    "`tests/simulator/test_reference_world.py` checks that the two agree in distribution (orders per day, "
+    "GMV per order, return, late and discount rates, with and without campaigns).",
+    "- **vector world**: `MarketWorld`, customers as numpy arrays updated inside simpy calendar events; "
+    "both worlds keep their full customer event log, as they do in use.",
+    "- **learned simulator**: `SimMarket`, a batch of markets stepped together, each day a few array "
+    "operations over (markets x customers); campaign tracking off (as for training).",
+    "- A timed run builds the market (the worlds) or resets it (the learned simulator), then simulates "
+    "the days under the same kind of action plan: a uniformly drawn catalog campaign on about a third of "
+    "the days. Rates are customer-days (customers x markets x days) per second of one process with one "
+    "thread; `x reference` divides by the reference's rate at the same market size.",
+    "- The training budget is measured by running a fraction of the episodes on both cores at once "
+    "(one process each, in the fastest batch size) and extrapolating linearly; the one-off start-up "
+    "(process spawn, imports, compiling the simulator) is added once.",
+    "",
+]
+
+
 def write_markdown(result: dict[str, Any], path: Path, command: str) -> None:
     from transferlab.platform.io import atomic_write_text
 
@@ -456,6 +480,7 @@ def write_markdown(result: dict[str, Any], path: Path, command: str) -> None:
             "",
             render(result),
             "",
+            *NOTES,
         ]
     )
     atomic_write_text(path, text)
