@@ -17,6 +17,7 @@ from transferlab.simulator.realdata.click_model import (
     calibration_bins,
     evaluate_ctr,
     ipw_weights,
+    refit_bootstrap_ctr,
 )
 from transferlab.simulator.realdata.obd import ObdFormatError, ObdLog, load_obd
 
@@ -260,6 +261,15 @@ def test_evaluate_ctr_by_hand(tmp_path: Path) -> None:
     assert set(report.to_dict()) >= {"predicted_ctr", "auc", "log_loss", "baseline_log_loss"}
 
 
+def test_refit_bootstrap_interval_covers_the_fit(tmp_path: Path) -> None:
+    train = _synthetic(tmp_path, "train.csv", item_ctr=[0.03, 0.1], n=2000, seed=10)
+    test = _synthetic(tmp_path, "test.csv", item_ctr=[0.03, 0.1], n=500, seed=11)
+    config = ClickModelConfig(item_encoding="id", affinity=False, cv_folds=3)
+    ci = refit_bootstrap_ctr(config, train, test, n_boot=20, seed=0)
+    assert ci.low < ci.estimate < ci.high and ci.n == 2000
+    assert ci == refit_bootstrap_ctr(config, train, test, n_boot=20, seed=0)  # seeded
+
+
 def test_calibration_bins() -> None:
     pred = np.linspace(0.0, 0.5, 100)
     click = (np.arange(100) % 4 == 0).astype(np.int64)
@@ -299,6 +309,17 @@ def test_cli_json_on_synthetic_logs(tmp_path: Path) -> None:
     assert summary["relative_error"] < 0.5
     table = runner.invoke(app, ["sim", "obd-ctr", "--train", str(train), "--eval", str(test)])
     assert table.exit_code == 0 and "relative error" in table.stdout
+
+
+def test_cli_notes_non_uniform_training_propensities(tmp_path: Path) -> None:
+    skewed = np.array([0.7, 0.2, 0.1])
+    train = write(synthetic_log([0.02, 0.06, 0.1], n=3000, seed=6, propensity=skewed), tmp_path / "bts.csv")
+    test = write(synthetic_log([0.02, 0.06, 0.1], n=1000, seed=7), tmp_path / "random.csv")
+    base = ["sim", "obd-ctr", "--train", str(train), "--eval", str(test), "--json"]
+    plain, weighted = runner.invoke(app, base), runner.invoke(app, [*base, "--ipw"])
+    assert plain.exit_code == weighted.exit_code == 0
+    assert "--ipw reweights them" in plain.stderr and weighted.stderr == ""
+    assert json.loads(weighted.stdout)["model"]["config"]["ipw"] is True
 
 
 @pytest.mark.parametrize(
