@@ -1,0 +1,194 @@
+"""PPO in the campaign simulator: learns a toy market, is deterministic, resumes exactly, evaluates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from transferlab.platform.config import ConfigError
+from transferlab.platform.metrics import MemoryLogger
+from transferlab.simulator.envs.campaign import EpisodeConfig, WorldMarket
+from transferlab.simulator.market import CATALOG, DAY_KEYS, OBS_KEYS
+from transferlab.simulator.train import (
+    CampaignPolicy,
+    PolicyActor,
+    SimTrainConfig,
+    train_in_simulator,
+    train_policy,
+)
+
+REWARDED = 7
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny networks: more threads only fight the other tests for the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class OneGoodAction:
+    """A toy batched market (the ``BatchMarket`` interface): profit $100 on days action 7 is taken."""
+
+    def __init__(self, n_envs: int, good: int = REWARDED) -> None:
+        self.n_envs, self.good, self.day = n_envs, good, 0
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        self.day = 0
+        return self.observe()
+
+    def step(self, actions: np.ndarray) -> np.ndarray:
+        self.day += 1
+        out = np.zeros((self.n_envs, len(DAY_KEYS)))
+        out[:, DAY_KEYS.index("profit")] = 100.0 * (np.asarray(actions) == self.good)
+        return out
+
+    def observe(self) -> np.ndarray:
+        obs = np.zeros((self.n_envs, len(OBS_KEYS)))
+        obs[:, OBS_KEYS.index("weekday")] = self.day % 7
+        return obs
+
+
+def toy_config(**overrides: object) -> SimTrainConfig:
+    base: dict[str, object] = {
+        "n_envs": 32,
+        "max_minutes": None,
+        "max_episodes": 32 * 30,
+        "minibatch_size": 64,
+        "lr": 3e-3,
+        "episode": EpisodeConfig(horizon=4, warmup_days=0, settle_days=0),
+    }
+    return SimTrainConfig.build(**{**base, **overrides})
+
+
+def test_learns_the_rewarded_action() -> None:
+    config = toy_config()
+    out = train_policy(OneGoodAction(config.n_envs), config)
+    returns = [h["rollout/return"] for h in out.history]
+    assert out.iterations == 30 and out.episodes == 30 * 32
+    assert np.mean(returns[-3:]) > 3.0  # 4 days x reward 1 at best; uniform random gets 4/151
+    with torch.no_grad():
+        logits, _ = out.policy(torch.zeros(5, len(OBS_KEYS) + 1))
+    assert (logits.argmax(-1) == REWARDED).all()
+    actor = PolicyActor(out.policy, greedy=True)
+    assert actor(np.zeros((3, len(OBS_KEYS) + 1)), np.random.default_rng(0)).tolist() == [REWARDED] * 3
+
+
+def test_parameters_change_after_one_update_and_a_penalty_is_charged() -> None:
+    config = toy_config(max_episodes=32, action_penalty=1.0)
+    torch.manual_seed(config.seed)
+    before = {k: v.clone() for k, v in CampaignPolicy(config.hidden).state_dict().items()}
+    logged = np.full(len(CATALOG), 1e-4)
+    logged[0] = 1.0 - logged[1:].sum()  # only "no campaign" is common in these logs
+    out = train_policy(OneGoodAction(config.n_envs), config, logged_probs=logged)
+    after = out.policy.state_dict()
+    changed = [
+        k for k in before if k.startswith(("actor", "critic")) and not torch.equal(before[k], after[k])
+    ]
+    assert {k.split(".")[0] for k in changed} == {"actor", "critic"}
+    assert out.history[0]["rollout/penalty"] > 0 and out.history[0]["rollout/penalised_rate"] > 0
+    assert out.history[0]["rollout/campaign_rate"] < 0.5  # the actor starts at the logged frequencies
+
+
+def test_same_seed_same_result_and_another_seed_differs() -> None:
+    config = toy_config(max_episodes=64)
+    a = train_policy(OneGoodAction(32), config)
+    b = train_policy(OneGoodAction(32), config)
+    c = train_policy(OneGoodAction(32), toy_config(max_episodes=64, seed=1))
+    for k, v in a.policy.state_dict().items():
+        assert torch.equal(v, b.policy.state_dict()[k])
+    assert [h["loss/policy"] for h in a.history] == [h["loss/policy"] for h in b.history]
+    assert not torch.equal(a.policy.actor[0].weight, c.policy.actor[0].weight)
+
+
+def test_resume_continues_exactly(tmp_path: Path) -> None:
+    config = toy_config(max_episodes=4 * 32, checkpoint_every=1)
+    whole = train_policy(OneGoodAction(32), config)
+    logger = MemoryLogger()
+    ckpt = tmp_path / "checkpoint.pt"
+    first = train_policy(OneGoodAction(32), config, checkpoint=ckpt, logger=logger, stop_after=2)
+    assert first.iterations == 2
+    rest = train_policy(OneGoodAction(32), config, checkpoint=ckpt, logger=logger, resume=True)
+    assert rest.iterations == 4
+    for k, v in whole.policy.state_dict().items():
+        assert torch.equal(v, rest.policy.state_dict()[k]), k
+    assert logger.series("loss/policy").tolist() == [h["loss/policy"] for h in whole.history]
+
+
+def test_config_needs_a_budget_and_checks_the_market() -> None:
+    with pytest.raises(ConfigError, match="max_minutes or max_episodes"):
+        SimTrainConfig(max_minutes=None)
+    with pytest.raises(ValueError, match="n_envs"):
+        train_policy(OneGoodAction(4), toy_config())
+
+
+def test_time_budget_stops_training() -> None:
+    config = toy_config(max_episodes=None, max_minutes=0.001)
+    out = train_policy(OneGoodAction(32), config)
+    assert 1 <= out.iterations < 30
+
+
+class WorldAsSimulator:
+    """A 'perfect simulator' test double: its markets are the ground-truth world."""
+
+    def __init__(self, world: object) -> None:
+        self.world = world
+
+    def market(self, n_envs: int, n_customers: int, seed: int) -> WorldMarket:
+        from transferlab.simulator.world_config import WorldConfig
+
+        assert isinstance(self.world, WorldConfig)
+        return WorldMarket(self.world.model_copy(update={"n_customers": n_customers, "seed": seed}), n_envs)
+
+
+@pytest.fixture(scope="module")
+def tiny_logs() -> object:
+    from transferlab.simulator.logs import LogSpec, generate_logs
+    from transferlab.simulator.world_config import WorldConfig
+
+    return generate_logs(LogSpec(days=40, world=WorldConfig(n_customers=200)))
+
+
+def test_train_in_simulator_writes_the_run_and_the_table(tiny_logs: object, tmp_path: Path) -> None:
+    from transferlab.simulator.world_config import WorldConfig
+
+    config = SimTrainConfig(
+        n_envs=4,
+        max_minutes=None,
+        max_episodes=8,
+        eval_episodes=4,
+        minibatch_size=16,
+        episode=EpisodeConfig(horizon=5, warmup_days=2, settle_days=2),
+    )
+    logger = MemoryLogger()
+    messages: list[str] = []
+    result = train_in_simulator(
+        WorldAsSimulator(WorldConfig(n_customers=200)),
+        tiny_logs,
+        config,
+        run_dir=tmp_path,
+        logger=logger,
+        progress=lambda message, fraction: messages.append(message),
+    )
+    assert [r.policy for r in result.values] == ["trained", "trained_greedy", "marketer", "no_campaign"]
+    nothing = result.value("no_campaign")
+    # the simulator is the world here: doing nothing on the same seeds gives the same returns
+    np.testing.assert_allclose(nothing.sim_returns, nothing.world_returns)
+    assert nothing.gap.estimate == pytest.approx(0.0, abs=1e-9)
+    assert result.iterations == 2 and result.episodes == 8
+    for name in ("checkpoint.pt", "policy.pt", "result.json", "report.md", "report.html"):
+        assert (tmp_path / name).exists(), name
+    reloaded = CampaignPolicy.load(tmp_path / "policy.pt")
+    for k, v in result.policy.state_dict().items():
+        assert torch.equal(v, reloaded.state_dict()[k])
+    assert "eval/world/trained/return" in logger.keys() and "rollout/return" in logger.keys()
+    assert any("world" in m for m in messages)
+    table = result.format_table()
+    assert "sim-to-real gap" in table and "marketer" in table
+    assert result.to_dict()["sim_to_real_gap"]["estimate"] == result.value("trained").gap.estimate
