@@ -193,3 +193,62 @@ def test_train_in_simulator_writes_the_run_and_the_table(tiny_logs: object, tmp_
     table = result.format_table()
     assert "sim-to-real gap" in table and "marketer" in table
     assert result.to_dict()["sim_to_real_gap"]["estimate"] == result.value("trained").gap.estimate
+
+
+def _tiny_run_config(path: Path) -> Path:
+    config = SimTrainConfig(
+        n_envs=4,
+        eval_episodes=4,
+        minibatch_size=16,
+        episode=EpisodeConfig(horizon=5, warmup_days=2, settle_days=2),
+    )
+    config.save(path)
+    return path
+
+
+def test_sim_train_command_end_to_end(tiny_logs: object, tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from transferlab.platform.cli import app
+    from transferlab.simulator.learned import LearnedSimulator
+    from transferlab.simulator.logs import Logs, write_logs
+
+    assert isinstance(tiny_logs, Logs)
+    write_logs(tiny_logs, tmp_path / "logs")
+    LearnedSimulator.fit(tiny_logs).save(tmp_path / "sim")
+    run_dir = tmp_path / "runs" / "sim-train" / "tiny"
+    args = ["sim", "train", "--simulator", str(tmp_path / "sim"), "--logs", str(tmp_path / "logs")]
+    args += ["--config", str(_tiny_run_config(tmp_path / "cfg.json")), "--episodes", "8"]
+    res = CliRunner().invoke(app, [*args, "--run-dir", str(run_dir), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert set(summary["values"]) == {"trained", "trained_greedy", "marketer", "no_campaign"}
+    assert summary["episodes"] == 8 and summary["run_dir"] == str(run_dir)
+    for name in ("config.json", "meta.json", "metrics.parquet", "policy.pt", "result.json", "report.md"):
+        assert (run_dir / name).exists(), name
+    assert json.loads((run_dir / "meta.json").read_text())["status"] == "finished"
+    saved = SimTrainConfig.from_file(run_dir / "config.json")
+    assert saved.max_episodes == 8 and saved.max_minutes is None and saved.n_envs == 4
+    # a finished run is not trained again; a missing simulator or bad budget is bad input (exit 2)
+    again = CliRunner().invoke(app, [*args, "--run-dir", str(run_dir)])
+    assert again.exit_code == 2 and "finished run" in again.output
+    bad = CliRunner().invoke(app, ["sim", "train", "--simulator", str(tmp_path / "nope"), "--logs", "x"])
+    assert bad.exit_code == 2 and "error:" in bad.output
+    bad = CliRunner().invoke(app, [*args[:6], "--episodes", "0", "--runs-root", str(tmp_path / "r")])
+    assert bad.exit_code == 2 and "max_episodes" in bad.output
+
+
+def test_open_train_run_resumes_an_unfinished_run(tmp_path: Path) -> None:
+    from transferlab.simulator.train import open_train_run
+
+    config = toy_config()
+    run, resume = open_train_run(config, tmp_path / "exp" / "r1", tmp_path)
+    assert not resume and run.dir == tmp_path / "exp" / "r1" and run.status == "running"
+    again, resume = open_train_run(SimTrainConfig(), run.dir, tmp_path)
+    assert resume and again.load_config(SimTrainConfig) == config
+    with pytest.raises(ValueError, match="saved config"):
+        open_train_run(config, run.dir, tmp_path, options_given=True)
+    fresh, resume = open_train_run(config, None, tmp_path / "root")
+    assert not resume and fresh.dir.parent == tmp_path / "root" / "sim-train"

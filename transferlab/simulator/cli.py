@@ -4,6 +4,8 @@ Commands::
 
     transferlab sim generate-logs --out DIR [--days 365] [--customers 2000] [--seed 0] [--epsilon 0.1]
     transferlab sim cdnow-forecast FILE [--calibration-end 1997-09-30] [--holdout-end 1998-06-30] [--json]
+    transferlab sim train --simulator SIM_DIR --logs LOGS_DIR [--config FILE] [--seed N]
+        [--minutes M | --episodes N] [--run-dir DIR | --runs-root runs] [--json]
     transferlab sim obd-ctr --train RANDOM_CSV --eval BTS_CSV [--item-context CSV] [--json]
 
 Exit codes: 0 done; 2 bad input (a file that is missing or malformed, a bad option).
@@ -96,6 +98,88 @@ def _progress(description: str, total: int, quiet: bool) -> Iterator[Callable[[]
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda: bar.advance(task)
+
+
+# --------------------------------------------------------------------------------------------- train
+
+
+@app.command("train")
+def train_command(
+    simulator: Annotated[
+        Path, typer.Option("--simulator", help="Directory of a simulator made by `transferlab sim fit`.")
+    ],
+    logs: Annotated[Path, typer.Option("--logs", help="The log directory the simulator was fitted on.")],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="A JSON/YAML SimTrainConfig (a run's config.json works).", show_default=False
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the run.", show_default=False)] = None,
+    minutes: Annotated[
+        float | None, typer.Option("--minutes", help="Training wall-time budget.", show_default=False)
+    ] = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option("--episodes", help="Training budget in episodes (reproducible).", show_default=False),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run-dir",
+            help="The run directory (default: a new one under --runs-root); if it holds an unfinished "
+            "run, that run resumes from its checkpoint with its saved config.",
+            show_default=False,
+        ),
+    ] = None,
+    runs_root: Annotated[Path, typer.Option("--runs-root", help="Root of the run store.")] = Path("runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+) -> None:
+    """Train a policy with PPO in the learned simulator; value it in the simulator and in the world."""
+    import json
+
+    from transferlab.platform.config import ConfigError
+    from transferlab.simulator.learned import LearnedSimulator
+    from transferlab.simulator.logs import LogError, read_logs
+    from transferlab.simulator.train import SimTrainConfig, open_train_run, train_in_simulator
+
+    overrides: dict[str, object] = {} if seed is None else {"seed": seed}
+    if minutes is not None or episodes is not None:  # a budget flag replaces both budgets
+        overrides.update(max_minutes=minutes, max_episodes=episodes)
+    given = bool(overrides) or config is not None
+    try:
+        base = SimTrainConfig.from_file(config) if config is not None else SimTrainConfig()
+        cfg = SimTrainConfig.from_dict({**base.to_dict(), **overrides})
+        run, resume = open_train_run(cfg, run_dir, runs_root, options_given=given)
+        sim = LearnedSimulator.load(simulator)
+        log_tables = read_logs(logs)
+    except (ConfigError, LogError, ValueError, FileExistsError, FileNotFoundError) as exc:
+        fail(str(exc))
+    cfg = run.load_config(SimTrainConfig)
+    with run, _fraction_progress(quiet=as_json) as progress:
+        result = train_in_simulator(
+            sim, log_tables, cfg, run_dir=run.dir, logger=run.logger, progress=progress, resume=resume
+        )
+    if as_json:
+        print(json.dumps({"run_dir": str(run.dir), **result.to_dict()}))
+    else:
+        print(result.format_table())
+        print(f"run directory: {run.dir}")
+
+
+@contextmanager
+def _fraction_progress(quiet: bool) -> Iterator[Callable[[str, float], None]]:
+    """A rich progress bar on stderr driven by ``progress(message, fraction)`` (nothing when ``quiet``)."""
+    if quiet:
+        yield lambda message, fraction: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("starting", total=1.0)
+        yield lambda message, fraction: bar.update(task, description=message, completed=fraction)
 
 
 # ------------------------------------------------------------------------------------------- obd-ctr

@@ -57,6 +57,7 @@ from torch import Tensor, nn
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_bytes, atomic_write_json
 from transferlab.platform.metrics import MetricsLogger
+from transferlab.platform.runstore import Run, RunStore
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci
 from transferlab.simulator.envs.campaign import (
     BatchMarket,
@@ -83,6 +84,7 @@ from transferlab.simulator.ppo import (
 CHECKPOINT_FILE = "checkpoint.pt"
 POLICY_FILE = "policy.pt"
 RESULT_FILE = "result.json"
+RUN_EXPERIMENT = "sim-train"
 N_ACTIONS = len(CATALOG)
 EVAL_SEED_OFFSET = 2**31
 """Evaluation market seeds start here; training seeds stay below, so they never meet."""
@@ -756,7 +758,39 @@ __all__ = [
     "TrainedPolicy",
     "collect",
     "evaluate",
+    "open_train_run",
     "train_in_simulator",
     "train_policy",
     "update",
 ]
+
+
+def open_train_run(
+    config: SimTrainConfig, run_dir: Path | None, runs_root: Path, *, options_given: bool = False
+) -> tuple[Run, bool]:
+    """The run of ``transferlab sim train`` and whether it resumes.
+
+    No ``run_dir``: a new run ``<runs_root>/sim-train/<id>``. A ``run_dir`` holding an unfinished run:
+    that run, resumed with its saved config (so ``options_given`` is an error). Otherwise a new run
+    at ``run_dir`` (``<root>/<experiment>/<run-id>``). Raises ValueError with the fix.
+    """
+    if run_dir is None:
+        return RunStore(runs_root).create_run(RUN_EXPERIMENT, config), False
+    if (run_dir / "meta.json").is_file():
+        run = Run(run_dir)
+        if run.status == "finished":
+            raise ValueError(f"{run_dir} holds a finished run: choose a new --run-dir")
+        if options_given:
+            raise ValueError(
+                f"{run_dir} holds a run to resume, which keeps its saved config.json: "
+                "drop --config/--seed/--minutes/--episodes, or choose a new --run-dir"
+            )
+        return run, True
+    if run_dir.exists():
+        if not run_dir.is_dir() or any(run_dir.iterdir()):
+            raise ValueError(f"{run_dir} exists and is not a run directory: choose a new --run-dir")
+        run_dir.rmdir()
+    root = run_dir.parent.parent
+    return RunStore(root).create_run(
+        run_dir.parent.name or RUN_EXPERIMENT, config, run_id=run_dir.name
+    ), False
