@@ -18,6 +18,7 @@ from transferlab.simulator.ppo import (
     explained_variance,
     factorised_action_probs,
     gae,
+    kl_penalty,
     obs_features,
     ppo_loss,
     whiten,
@@ -106,6 +107,16 @@ def test_action_penalty_by_hand() -> None:
     assert action_penalty(np.array([1]), log_p, coef=0.0, min_prob=0.01).tolist() == [0.0]
     with pytest.raises(ValueError, match="min_prob"):
         action_penalty(np.array([1]), log_p, coef=1.0, min_prob=0.0)
+
+
+def test_kl_penalty_by_hand_and_its_mean_is_the_kl() -> None:
+    log_logged = np.log(np.array([0.5, 0.25, 0.25]))
+    policy = np.log(np.array([0.25, 0.5, 0.25]))
+    cost = kl_penalty(policy[[0, 1]], log_logged, np.array([0, 1]), coef=2.0)
+    assert cost.tolist() == pytest.approx([2 * math.log(0.5), 2 * math.log(2.0)])
+    mean = float(np.exp(policy) @ kl_penalty(policy, log_logged, np.arange(3), coef=1.0))
+    kl = 0.25 * math.log(0.25 / 0.5) + 0.5 * math.log(0.5 / 0.25)
+    assert mean == pytest.approx(kl)
 
 
 def _idx(discount: float, hour: int, segment: str, budget: float) -> int:

@@ -96,6 +96,19 @@ def test_parameters_change_after_one_update_and_a_penalty_is_charged() -> None:
     assert out.history[0]["rollout/campaign_rate"] < 0.5  # the actor starts at the logged frequencies
 
 
+def test_kl_coef_charges_the_kl_to_the_logged_actions() -> None:
+    config = toy_config(max_episodes=32, action_penalty=0.0, kl_coef=0.5, init_from_logs=False)
+    logged = np.full(len(CATALOG), 0.5 / (len(CATALOG) - 1))
+    logged[0] = 0.5
+    out = train_policy(OneGoodAction(config.n_envs), config, logged_probs=logged)
+    h = out.history[0]
+    # the policy starts near uniform while the logs put half their mass on action 0
+    assert h["rollout/kl_logged"] > 0
+    assert h["rollout/penalty"] == pytest.approx(
+        0.5 * h["rollout/kl_logged"] * config.episode.horizon, rel=1e-5
+    )
+
+
 def test_same_seed_same_result_and_another_seed_differs() -> None:
     config = toy_config(max_episodes=64)
     a = train_policy(OneGoodAction(32), config)

@@ -199,6 +199,19 @@ def action_penalty(actions: np.ndarray, log_p_logged: np.ndarray, coef: float, m
     return np.asarray(coef * np.maximum(below, 0.0), dtype=np.float64)
 
 
+def kl_penalty(
+    logp_policy: np.ndarray, log_p_logged: np.ndarray, actions: np.ndarray, coef: float
+) -> np.ndarray:
+    """Reward taken off each sampled action: ``coef * (log pi(a|s) - log p_logged(a))``.
+
+    Its mean over ``a ~ pi(.|s)`` is ``coef * KL(pi(.|s) || p_logged)``: the policy pays for every nat
+    it moves away from what the logs did, campaign frequency included (KL-regularised RL).
+    """
+    return np.asarray(
+        coef * (logp_policy - log_p_logged[np.asarray(actions, dtype=np.int64)]), dtype=np.float64
+    )
+
+
 # -------------------------------------------------------------------------------------- observations
 
 
@@ -261,6 +274,7 @@ __all__ = [
     "explained_variance",
     "factorised_action_probs",
     "gae",
+    "kl_penalty",
     "obs_features",
     "ppo_loss",
     "whiten",

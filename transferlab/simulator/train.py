@@ -76,6 +76,7 @@ from transferlab.simulator.ppo import (
     categorical,
     explained_variance,
     gae,
+    kl_penalty,
     obs_features,
     ppo_loss,
     whiten,
@@ -140,6 +141,12 @@ class SimTrainConfig(BaseConfig):
         le=1,
         description="Logged probability below which an action is penalised (default 1/151: rarer than a "
         "uniformly random choice).",
+    )
+    kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of KL(policy || logged action distribution) taken off the training reward "
+        "(reward units per nat); 0 turns it off.",
     )
     penalty_prior: float = Field(
         20.0,
@@ -276,7 +283,7 @@ def collect(
     policy: CampaignPolicy,
     seed: int,
     generator: torch.Generator,
-    penalty: Callable[[np.ndarray], np.ndarray],
+    penalty: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> Rollout:
     """Run ``env.num_envs`` whole episodes with actions sampled from ``policy``."""
     obs_np, _ = env.reset(seed=seed)
@@ -290,7 +297,7 @@ def collect(
             logp, _ = categorical(logits, action)
         actions_np = action.numpy()
         obs_np, reward, _, truncated, _ = env.step(actions_np)
-        cost = penalty(actions_np)
+        cost = penalty(actions_np, logp.numpy())
         steps.append((obs, action, logp, value, reward, cost))
         done = bool(truncated.all())
     obs_t, act_t, logp_t, val_t, rew, cost = zip(*steps, strict=True)
@@ -422,9 +429,11 @@ def train_policy(
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=1e-5)
     log_p = np.log(logged_probs) if logged_probs is not None else np.zeros(N_ACTIONS)
     coef = config.action_penalty if logged_probs is not None else 0.0
+    kl_coef = config.kl_coef if logged_probs is not None else 0.0
 
-    def penalty(actions: np.ndarray) -> np.ndarray:
-        return action_penalty(actions, log_p, coef, config.penalty_min_prob)
+    def penalty(actions: np.ndarray, logp: np.ndarray) -> np.ndarray:
+        cost = action_penalty(actions, log_p, coef, config.penalty_min_prob)
+        return cost + kl_penalty(logp, log_p, actions, kl_coef) if kl_coef else cost
 
     env = CampaignVectorEnv(market, config.episode, config.reward)
     start, seconds_before = 0, 0.0
@@ -464,7 +473,8 @@ def train_policy(
                 "rollout/return": float(batch.env_returns.mean()),
                 "rollout/penalty": float(batch.penalties.mean()),
                 "rollout/campaign_rate": float(np.mean(actions != 0)),
-                "rollout/penalised_rate": float(np.mean(penalty(actions) > 0)),
+                "rollout/penalised_rate": float(np.mean(log_p[actions] < math.log(config.penalty_min_prob))),
+                "rollout/kl_logged": float((batch.logp.numpy() - log_p[actions]).mean()),
                 "rollout/distinct_actions": float(len(np.unique(actions))),
                 "env/episodes": float((it + 1) * config.n_envs),
                 "time/rollout_s": t_roll - t0,
