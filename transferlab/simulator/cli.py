@@ -3,6 +3,7 @@
 Commands::
 
     transferlab sim generate-logs --out DIR [--days 365] [--customers 2000] [--seed 0] [--epsilon 0.1]
+    transferlab sim fit LOGS --out DIR [--config FILE] [--seed N] [--json]
     transferlab sim cdnow-forecast FILE [--calibration-end 1997-09-30] [--holdout-end 1998-06-30] [--json]
     transferlab sim train --simulator SIM_DIR --logs LOGS_DIR [--config FILE] [--seed N]
         [--minutes M | --episodes N] [--run-dir DIR | --runs-root runs] [--json]
@@ -98,6 +99,47 @@ def _progress(description: str, total: int, quiet: bool) -> Iterator[Callable[[]
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda: bar.advance(task)
+
+
+# ----------------------------------------------------------------------------------------------- fit
+
+
+@app.command("fit")
+def fit_command(
+    logs: Annotated[Path, typer.Argument(help="Log directory made by `transferlab sim generate-logs`.")],
+    out: Annotated[Path, typer.Option("--out", help="New directory for the fitted simulator.")],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="A JSON/YAML SimFitConfig (a simulator's config.json works).", show_default=False
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the fit.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON.")] = False,
+) -> None:
+    """Fit the learned simulator on logs only; save it with its config and fit report."""
+    import json
+
+    from transferlab.platform.config import ConfigError
+    from transferlab.simulator.learned import LearnedSimulator, SimFitConfig, SimulatorError
+    from transferlab.simulator.logs import LogError, read_logs
+
+    try:
+        cfg = SimFitConfig.from_file(config) if config is not None else SimFitConfig()
+        if seed is not None:
+            cfg = SimFitConfig.from_dict({**cfg.to_dict(), "seed": seed})
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise SimulatorError(f"{out} already exists and is not empty: choose a new --out or remove it")
+        sim = LearnedSimulator.fit(read_logs(logs), cfg)
+        sim.save(out)
+    except (ConfigError, LogError, SimulatorError) as exc:
+        fail(str(exc))
+    summary = json.loads((out / "fit_report.json").read_text())
+    if as_json:
+        print(json.dumps({"out": str(out), **summary}))
+    else:
+        print((out / "fit_report.md").read_text())
+        print(f"simulator directory: {out}")
 
 
 # --------------------------------------------------------------------------------------------- train

@@ -1,0 +1,770 @@
+"""Fitting the learned simulator from logs alone, and compiling it to :class:`SimParams`.
+
+Each mechanism is a small function of the log arrays that returns its compiled parameters and a
+report entry:
+
+* purchase probability per customer-day: a weighted logistic regression (or a histogram gradient
+  boosting model distilled into the same tables) on the panel of :mod:`.features`, checked on a
+  held-out tail of days; compiled into additive lookup tables;
+* the day-level demand shock: the spread of daily orders around the model's prediction beyond
+  Poisson noise (method of moments on the training days);
+* order value (lognormal per segment, with a discount term), category choice per segment, cost of
+  goods and what a return recovers (non-negative least squares on the daily profit identity);
+* fulfilment: stock-outs by stock cover (EM over the daily stock-out counts), carrier delays,
+  delivery delays (empirical), complaints given late, returns (logistic on discount, lateness and
+  segment) and their lag (empirical);
+* unsubscribes by push fatigue, inferred from who stops getting pushes when a campaign reached every
+  eligible subscriber; the active-customer count by recency.
+
+Nothing reads the manifest's world config: only the four log tables.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+from scipy.optimize import nnls
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.metrics import log_loss, roc_auc_score
+
+from transferlab.platform.config import BaseConfig
+from transferlab.simulator.learned.features import (
+    FREQUENCY_LUT,
+    NEVER,
+    RECENCY_LUT,
+    DesignLayout,
+    F,
+    K,
+    LogArrays,
+    Panel,
+    R,
+    S,
+    build_panel,
+    catalog_offer_features,
+    design_matrix,
+    end_states,
+    iter_states,
+    log_arrays,
+    log_tail_days,
+    push_history_bits,
+)
+from transferlab.simulator.learned.market import PEND, PENDING_KEYS, SimParams
+from transferlab.simulator.logs import LogError, Logs
+from transferlab.simulator.market import CATALOG, DAY_KEYS, SEGMENTS
+
+STOCKOUT_EDGES = (0.0, 1.0, 3.0)
+"""Stock-cover buckets (days) of the stock-out model: <= 0, (0, 1], (1, 3], > 3."""
+DAY = {k: i for i, k in enumerate(DAY_KEYS)}
+
+
+class SimFitConfig(BaseConfig):
+    """How the learned simulator is fitted from logs."""
+
+    seed: int = Field(0, ge=0, description="Seed of the negative sampling and of the boosting model.")
+    model: Literal["logistic", "hgb"] = Field(
+        "logistic",
+        description="Purchase model: 'logistic' (weighted logistic regression on the engineered features) "
+        "or 'hgb' (histogram gradient boosting, distilled into the same lookup tables for the fast loop).",
+    )
+    l2_c: float = Field(
+        1.0, gt=0, description="Inverse L2 strength of the logistic regressions (scikit-learn's C)."
+    )
+    negative_rate: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="Share of no-purchase customer-days kept in the training panel (weighted back up).",
+    )
+    validation_fraction: float = Field(
+        0.2, ge=0.05, le=0.5, description="Share of the last days held out for the fit report."
+    )
+    refit_on_all: bool = Field(
+        True,
+        description="Refit the purchase model on all days after the held-out check (else keep that fit).",
+    )
+    promo_days: int | None = Field(
+        None,
+        ge=1,
+        le=30,
+        description="Days a pushed offer can work; None infers it from the logs (the longest lag from a push "
+        "to a purchase attributed to it, plus one).",
+    )
+    maturity_days: int | None = Field(
+        None,
+        ge=1,
+        le=120,
+        description="Days after launch when a campaign's outcome is final; None infers it from the "
+        "campaigns log's `matured` flags (30 when they do not tell).",
+    )
+    block_days: int = Field(
+        14,
+        ge=1,
+        le=365,
+        description="Block length (days) of the bootstrap of stock cover and competitor prices.",
+    )
+    noise_scale: float = Field(
+        1.0, ge=0, le=10, description="Multiplier on the fitted day-level demand shock (0: no shock)."
+    )
+    smoothing: float = Field(
+        20.0,
+        ge=0,
+        description="Pseudo-observations pulling sparse rates (unsubscribes by fatigue, stock-outs by cover) "
+        "toward their pooled rate.",
+    )
+    hgb_max_iter: int = Field(150, ge=10, le=2000, description="Boosting iterations when model='hgb'.")
+    chunk_customers: int = Field(
+        5000, ge=100, description="Customers per chunk when building customer-day states (memory bound)."
+    )
+
+
+@dataclass
+class FitResult:
+    """The compiled parameters and the fit report."""
+
+    params: SimParams
+    report: dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------------
+# Purchase model
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PurchaseModel:
+    """Linear log-odds over the design matrix: ``logit = X @ coef + intercept``."""
+
+    coef: np.ndarray
+    intercept: float
+    extra: dict[str, float]
+    booster: Any = None
+    """The boosting model the tables were distilled from (model='hgb'), for the held-out check."""
+
+    def logit(self, panel: Panel, layout: DesignLayout) -> np.ndarray:
+        return np.asarray(design_matrix(panel, layout) @ self.coef) + self.intercept
+
+
+def fit_purchase(panel: Panel, layout: DesignLayout, config: SimFitConfig) -> PurchaseModel:
+    """Fit the purchase model on ``panel`` (weighted rows)."""
+    x = design_matrix(panel, layout)
+    if config.model == "logistic":
+        lr = LogisticRegression(C=config.l2_c, solver="newton-cholesky", max_iter=200, tol=1e-6)
+        lr.fit(x, panel.label, sample_weight=panel.weight)
+        return PurchaseModel(lr.coef_[0].copy(), float(lr.intercept_[0]), {})
+    return _fit_hgb_distilled(panel, layout, config)
+
+
+def _fit_hgb_distilled(panel: Panel, layout: DesignLayout, config: SimFitConfig) -> PurchaseModel:
+    """Histogram gradient boosting on the same features, distilled into the linear tables."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    x = design_matrix(panel, layout)
+    dense = x.toarray()
+    hgb = HistGradientBoostingClassifier(
+        max_iter=config.hgb_max_iter, learning_rate=0.05, early_stopping=False, random_state=config.seed
+    )
+    hgb.fit(dense, panel.label, sample_weight=panel.weight)
+    target = np.asarray(hgb.decision_function(dense), dtype=np.float64)
+    ridge = Ridge(alpha=1e-3).fit(x, target, sample_weight=panel.weight)
+    resid = target - ridge.predict(x)
+    r2 = 1.0 - np.average(resid**2, weights=panel.weight) / np.average(
+        (target - np.average(target, weights=panel.weight)) ** 2, weights=panel.weight
+    )
+    return PurchaseModel(ridge.coef_.copy(), float(ridge.intercept_), {"distillation_r2": float(r2)}, hgb)
+
+
+def evaluate_purchase(
+    model: PurchaseModel, train: Panel, test: Panel, layout: DesignLayout
+) -> dict[str, float]:
+    """Held-out weighted log loss and AUC of the model vs the constant (training rate) baseline."""
+    p = _sigmoid(model.logit(test, layout))
+    base = float(np.average(train.label, weights=train.weight))
+    out = {
+        "heldout_rows": len(test),
+        "heldout_log_loss": float(log_loss(test.label, p, sample_weight=test.weight, labels=[0, 1])),
+        "baseline_log_loss": float(
+            log_loss(test.label, np.full(len(test), base), sample_weight=test.weight, labels=[0, 1])
+        ),
+        "heldout_auc": _auc(test.label, p, test.weight),
+        "heldout_calibration": float(np.sum(test.weight * p) / max(np.sum(test.weight * test.label), 1e-12)),
+        **model.extra,
+    }
+    if model.booster is not None:
+        ph = model.booster.predict_proba(design_matrix(test, layout).toarray())[:, 1]
+        out["hgb_heldout_log_loss"] = float(
+            log_loss(test.label, ph, sample_weight=test.weight, labels=[0, 1])
+        )
+        out["hgb_heldout_auc"] = _auc(test.label, ph, test.weight)
+    return out
+
+
+def _auc(label: np.ndarray, score: np.ndarray, weight: np.ndarray) -> float:
+    if label.all() or not label.any():
+        return float("nan")
+    return float(roc_auc_score(label, score, sample_weight=weight))
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def predict_daily_orders(
+    arr: LogArrays, model: PurchaseModel, layout: DesignLayout, chunk: int
+) -> np.ndarray:
+    """(D,) expected orders per logged day: the model's purchase probabilities summed over customers."""
+    total = np.zeros(arr.n_days)
+    for states in iter_states(arr, layout.promo_days, chunk):
+        total += np.bincount(states.day, _sigmoid(model.logit(states, layout)), minlength=arr.n_days)
+    return total
+
+
+def fit_shock(actual: np.ndarray, predicted: np.ndarray) -> float:
+    """SD of a multiplicative day-level shock: Var(a - p) = p + sd^2 p^2 (method of moments).
+
+    >>> round(fit_shock(np.array([10.0, 10.0]), np.array([10.0, 10.0])), 3)
+    0.0
+    """
+    excess = float(np.sum((actual - predicted) ** 2 - predicted))
+    return math.sqrt(max(excess, 0.0) / max(float(np.sum(predicted**2)), 1e-12))
+
+
+def compile_purchase(model: PurchaseModel, layout: DesignLayout) -> dict[str, np.ndarray]:
+    """Lookup tables of the linear log-odds (see :class:`SimParams`); exact for catalog offers.
+
+    ``base`` is (S, 2, R, F): segment, whether an offer is active, recency and frequency buckets.
+    """
+    w, st, p = model.coef, layout.start, layout.promo_days
+    seg = w[st("segment") : st("segment") + S]
+    rf = w[st("recency_frequency") : st("recency_frequency") + R * F].reshape(R, F)
+    rf_offer = (
+        w[st("offer_recency") : st("offer_recency") + R][:, None]
+        + w[st("offer_frequency") : st("offer_frequency") + F][None, :]
+    )
+    base = model.intercept + seg[:, None, None, None] + np.stack([rf, rf + rf_offer])[None]  # (S, 2, R, F)
+    disc, cos_h, sin_h = catalog_offer_features()
+    k = np.arange(p)
+
+    def per_seg(block: str) -> np.ndarray:
+        return w[st(block) : st(block) + S]
+
+    offer = (
+        w[st("offer_age") : st("offer_age") + p][None, None, :]
+        + (per_seg("discount")[:, None] * disc[None, :])[:, :, None]
+        + (per_seg("discount2")[:, None] * disc[None, :] ** 2)[:, :, None]
+        + (per_seg("hour_cos")[:, None] * cos_h[None, :])[:, :, None]
+        + (per_seg("hour_sin")[:, None] * sin_h[None, :])[:, :, None]
+        + w[st("discount_age")] * disc[None, :, None] * k[None, None, :]
+    )
+    offer[:, 0, :] = 0.0  # no campaign, no offer
+    return {
+        "base": base.astype(np.float32),
+        "age_coef": w[st("age") : st("age") + F].astype(np.float32),
+        "weekday_coef": w[st("weekday") : st("weekday") + 7].astype(np.float32),
+        "competitor_coef": per_seg("competitor").astype(np.float32),
+        "cover_coef": w[st("cover") : st("cover") + 1].copy(),
+        "fatigue_coef": w[st("fatigue") : st("fatigue") + 3].astype(np.float32),
+        "offer": offer.astype(np.float32),
+    }
+
+
+def compiled_logit(tables: dict[str, np.ndarray], panel: Panel) -> np.ndarray:
+    """The compiled tables' log-odds of panel rows whose offer is on the catalog (for checks)."""
+    fb = FREQUENCY_LUT[np.minimum(panel.orders, len(FREQUENCY_LUT) - 1)]
+    rb = RECENCY_LUT[np.minimum(panel.since, len(RECENCY_LUT) - 1)]
+    on = panel.offer_age >= 0
+    k = np.where(on, panel.offer_age, 0)
+    action = np.where(on, panel.offer_action, 0)
+    fat = tables["fatigue_coef"].astype(np.float64)
+    return (
+        tables["base"][panel.segment, on.astype(np.int64), rb, fb]
+        + tables["age_coef"][fb] * np.log(panel.age + 30.0)
+        + tables["weekday_coef"][panel.weekday]
+        + tables["competitor_coef"][panel.segment] * panel.log_competitor
+        + tables["cover_coef"][0] * panel.cover
+        + fat[0] * panel.pushes_7d
+        + fat[1] * panel.pushes_30d / 4
+        + fat[2] * panel.pushes_7d * on
+        + tables["offer"][panel.segment, action, k]
+    )
+
+
+def offer_effect_summary(offer: np.ndarray) -> dict[str, float]:
+    """Mean offer log-odds on the push day by discount level (over segments, hours and budgets)."""
+    disc = np.array([a.discount for a in CATALOG])
+    return {
+        f"{d:g}": float(offer[:, (disc == d) & (np.arange(len(CATALOG)) > 0), 0].mean())
+        for d in sorted(set(disc))
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Orders: value, category, cost
+# --------------------------------------------------------------------------------------------------
+
+
+def match_orders(arr: LogArrays) -> pd.DataFrame:
+    """Every purchase with its delivery day, late flag, complaint flag and return day (NaN: none yet)."""
+    ev = arr.events
+    cols = ["row", "day", "category", "list_value", "paid", "discount", "campaign"]
+    orders = ev[ev["event"] == "purchase"][cols].reset_index(drop=True)
+    orders["key"] = np.round(orders["paid"].to_numpy() * 1e6).astype(np.int64)
+    orders["segment"] = arr.segment[orders["row"].to_numpy()]
+
+    def keyed(name: str, sign: float) -> pd.DataFrame:
+        df = ev[ev["event"] == name][["row", "day", "category", "paid"]].copy()
+        df["key"] = np.round(sign * df["paid"].to_numpy() * 1e6).astype(np.int64)
+        return df.drop(columns="paid")
+
+    deliveries = keyed("delivery", 1.0).rename(columns={"day": "delivery_day"})
+    orders = orders.merge(
+        deliveries.drop_duplicates(["row", "category", "key"]), on=["row", "category", "key"], how="left"
+    )
+    returns = keyed("return", -1.0).rename(columns={"day": "return_day"})
+    orders = orders.merge(
+        returns.drop_duplicates(["row", "category", "key"]), on=["row", "category", "key"], how="left"
+    )
+    for name, flag in (("late_delivery", "late"), ("complaint", "complaint")):
+        hits = ev[ev["event"] == name][["row", "day", "category"]].drop_duplicates()
+        hits = hits.rename(columns={"day": "delivery_day"}).assign(**{flag: True})
+        orders = orders.merge(hits, on=["row", "delivery_day", "category"], how="left")
+        orders[flag] = orders[flag].astype("boolean").fillna(False).astype(bool)
+    return orders
+
+
+def fit_spend(orders: pd.DataFrame, split_day: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Lognormal list value: ``log v = mu[segment] + b * discount + sigma * z``; held-out RMSE."""
+
+    def design(df: pd.DataFrame) -> np.ndarray:
+        return np.column_stack([np.eye(S)[df["segment"].to_numpy()], df["discount"].to_numpy()])
+
+    y = np.log(orders["list_value"].to_numpy())
+    train = orders["day"].to_numpy() < split_day
+    held = ~train if (~train).sum() >= 5 else train
+
+    def solve(mask: np.ndarray) -> np.ndarray:
+        coef, *_ = np.linalg.lstsq(design(orders[mask]), y[mask], rcond=None)
+        return coef
+
+    coef_split = solve(train)
+    rmse = float(np.sqrt(np.mean((y[held] - design(orders[held]) @ coef_split) ** 2)))
+    base_rmse = float(np.sqrt(np.mean((y[held] - y[train].mean()) ** 2)))
+    coef = solve(np.ones(len(orders), dtype=bool))
+    sigma = float(np.std(y - design(orders) @ coef))
+    params = {"spend_mu": coef[:S], "spend_discount": np.array(coef[S]), "spend_sigma": np.array(sigma)}
+    report = {
+        "mu_by_segment": dict(zip(SEGMENTS, map(float, coef[:S]), strict=True)),
+        "discount_coef": float(coef[S]),
+        "sigma": sigma,
+        "heldout_rmse_log_value": rmse,
+        "baseline_rmse_log_value": base_rmse,
+    }
+    return params, report
+
+
+def fit_categories(orders: pd.DataFrame) -> np.ndarray:
+    """(S, K) cumulative category-choice probabilities per segment (add-one smoothing)."""
+    counts = np.ones((S, K))
+    np.add.at(counts, (orders["segment"].to_numpy(), orders["category"].to_numpy()), 1.0)
+    return np.cumsum(counts / counts.sum(axis=1, keepdims=True), axis=1)
+
+
+def fit_costs(arr: LogArrays, orders: pd.DataFrame) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Cost of goods per category and the share a return recovers, from the daily profit identity.
+
+    ``gmv - push_cost - refunds - profit = sum_k c_k L_k - sum_k c_k rho_k R_k`` per day, with ``L_k``
+    the list value sold and ``R_k`` the list value returned that day: non-negative least squares.
+    """
+    n_days = arr.n_days
+    sold = np.zeros((n_days, K))
+    np.add.at(
+        sold, (orders["day"].to_numpy(), orders["category"].to_numpy()), orders["list_value"].to_numpy()
+    )
+    back = orders[orders["return_day"].notna() & (orders["return_day"] < n_days)]
+    returned = np.zeros((n_days, K))
+    np.add.at(
+        returned,
+        (back["return_day"].to_numpy().astype(np.int64), back["category"].to_numpy()),
+        back["list_value"],
+    )
+    d = arr.daily
+    y = d[:, DAY["gmv"]] - d[:, DAY["push_cost"]] - d[:, DAY["refunds"]] - d[:, DAY["profit"]]
+    coef, _ = nnls(np.column_stack([sold, -returned]), y)
+    pooled = float(np.sum(coef[:K] * sold.sum(axis=0)) / max(sold.sum(), 1e-12))
+    cost = np.where(sold.sum(axis=0) > 0, coef[:K], pooled)
+    recovery = np.clip(np.divide(coef[K:], cost, out=np.full(K, 0.9), where=cost > 0), 0.0, 1.0)
+    recovery = np.where(returned.sum(axis=0) > 0, recovery, 0.9)
+    resid = y - np.column_stack([sold, -returned]) @ coef
+    report = {
+        "cost_ratio": dict(
+            zip(("womenswear", "menswear", "shoes", "accessories"), map(float, cost), strict=True)
+        ),
+        "return_recovery": list(map(float, recovery)),
+        "daily_residual_sd": float(np.std(resid)),
+    }
+    return {"cost_ratio": cost, "return_recovery": recovery}, report
+
+
+# --------------------------------------------------------------------------------------------------
+# Fulfilment and returns
+# --------------------------------------------------------------------------------------------------
+
+
+def fit_stockouts(arr: LogArrays, orders: pd.DataFrame, smoothing: float) -> np.ndarray:
+    """P(stock-out | stock-cover bucket of the order's category): EM over the daily stock-out counts."""
+    n = np.zeros((arr.n_days, K))
+    np.add.at(n, (orders["day"].to_numpy(), orders["category"].to_numpy()), 1.0)
+    bucket = np.searchsorted(np.asarray(STOCKOUT_EDGES), arr.exo[:, :K], side="left")
+    outs = arr.daily[:, DAY["stockouts"]]
+    pooled = outs.sum() / max(n.sum(), 1.0)
+    prob = np.full(len(STOCKOUT_EDGES) + 1, pooled)
+    for _ in range(100):
+        w = n * prob[bucket]
+        share = np.divide(
+            w, w.sum(axis=1, keepdims=True), out=np.zeros_like(w), where=w.sum(axis=1, keepdims=True) > 0
+        )
+        expected = outs[:, None] * share
+        num = np.bincount(bucket.ravel(), expected.ravel(), minlength=len(prob))
+        den = np.bincount(bucket.ravel(), n.ravel(), minlength=len(prob))
+        prob = np.clip((num + smoothing * pooled) / (den + smoothing), 0.0, 1.0)
+    return prob
+
+
+def _pmf_cdf(values: np.ndarray, length: int | None = None) -> np.ndarray:
+    """Cumulative distribution over 0..max of non-negative integer ``values`` (padded with ones)."""
+    counts = np.bincount(values.astype(np.int64), minlength=length or 0)
+    cdf = np.cumsum(counts) / max(counts.sum(), 1)
+    if length is not None and len(cdf) < length:
+        cdf = np.concatenate([cdf, np.ones(length - len(cdf))])
+    return cdf
+
+
+def fit_fulfilment(
+    arr: LogArrays, orders: pd.DataFrame, stockout_prob: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Carrier-late rate, delivery delay distributions (on time / late) and complaint rates."""
+    delivered = orders[orders["delivery_day"].notna()]
+    censor = arr.n_days - 30 if arr.n_days > 60 else arr.n_days
+    settled = delivered[delivered["day"] < censor]
+    settled = settled if len(settled) >= 20 else delivered
+    delay = (settled["delivery_day"] - settled["day"]).to_numpy()
+    late = settled["late"].to_numpy()
+    bucket = np.searchsorted(
+        np.asarray(STOCKOUT_EDGES), arr.exo[settled["day"].to_numpy(), settled["category"].to_numpy()]
+    )
+    expected_out = float(stockout_prob[bucket].sum())
+    carrier = max(float(late.sum()) - expected_out, 0.0) / max(len(late) - expected_out, 1.0)
+    length = int(delay.max()) + 1 if len(delay) else 1
+    on_cdf = _pmf_cdf(delay[~late], length) if (~late).any() else np.ones(length)
+    late_cdf = _pmf_cdf(delay[late], length) if late.any() else on_cdf
+    d_late, d_on = delivered["late"].to_numpy(), ~delivered["late"].to_numpy()
+    complaint = delivered["complaint"].to_numpy()
+    prob = np.array(
+        [complaint[d_on].sum() / max(d_on.sum(), 1), complaint[d_late].sum() / max(d_late.sum(), 1)]
+    )
+    params = {
+        "late_prob": np.array(carrier),
+        "delay_cdf": np.vstack([on_cdf, late_cdf]),
+        "complaint_prob": prob,
+    }
+    report = {
+        "carrier_late_prob": carrier,
+        "late_share": float(late.mean()) if len(late) else 0.0,
+        "mean_delay_on_time": float(delay[~late].mean()) if (~late).any() else float("nan"),
+        "mean_delay_late": float(delay[late].mean()) if late.any() else float("nan"),
+        "complaint_prob_on_time": float(prob[0]),
+        "complaint_prob_late": float(prob[1]),
+        "stockout_prob_by_cover": dict(
+            zip(("<=0", "0-1", "1-3", ">3"), map(float, stockout_prob), strict=True)
+        ),
+    }
+    return params, report
+
+
+def fit_returns(
+    arr: LogArrays, orders: pd.DataFrame, config: SimFitConfig
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Return probability (logistic on discount, late, segment) and the lag from delivery to return."""
+    delivered = orders[orders["delivery_day"].notna()]
+    back = delivered[delivered["return_day"].notna()]
+    lag = (back["return_day"] - back["delivery_day"]).to_numpy()
+    lag_cdf = _pmf_cdf(lag) if len(lag) else np.ones(1)
+    max_lag = len(lag_cdf) - 1
+    settled = delivered[delivered["delivery_day"] < arr.n_days - 1 - max_lag]
+    settled = settled if len(settled) >= 20 else delivered
+    y = settled["return_day"].notna().to_numpy()
+    x = np.column_stack(
+        [settled["discount"], settled["late"].astype(float), np.eye(S)[settled["segment"].to_numpy()]]
+    )
+    if y.all() or not y.any():
+        rate = float(np.clip(y.mean(), 1e-4, 1 - 1e-4))
+        coef = np.concatenate([[math.log(rate / (1 - rate))], np.zeros(2 + S)])
+    else:
+        lr = LogisticRegression(C=config.l2_c, max_iter=1000).fit(x, y)
+        coef = np.concatenate([lr.intercept_, lr.coef_[0]])
+    report = {
+        "return_rate": float(y.mean()) if len(y) else 0.0,
+        "coef": dict(zip(("intercept", "discount", "late", *SEGMENTS), map(float, coef), strict=True)),
+        "lag_days": [int(np.argmax(lag_cdf > 0)), max_lag],
+        "mean_lag": float(lag.mean()) if len(lag) else float("nan"),
+    }
+    return {"return_coef": coef, "return_lag_cdf": lag_cdf}, report
+
+
+# --------------------------------------------------------------------------------------------------
+# Lifecycle: unsubscribes, active customers
+# --------------------------------------------------------------------------------------------------
+
+
+def estimate_push_cost(arr: LogArrays) -> float:
+    """Cost of one push: total push cost over total pushes in the daily log."""
+    pushes = arr.daily[:, DAY["pushes"]].sum()
+    if pushes <= 0:
+        raise LogError("the daily log shows no pushes: the logs hold no campaigns to fit the offer effect on")
+    return float(arr.daily[:, DAY["push_cost"]].sum() / pushes)
+
+
+def infer_unsubscribed(arr: LogArrays, push_cost: float) -> tuple[np.ndarray, np.ndarray]:
+    """Who unsubscribed, and at which push.
+
+    A campaign whose reach stayed under its budget's cap pushed every subscribed customer of its
+    target; a customer who had been pushed before but not by such a later campaign had unsubscribed,
+    at their last push (the only moment the shop loses a subscriber). Returns ``(unsubscribed (C,),
+    last_push_day (C,), -1 when never pushed)``.
+    """
+    camp = arr.campaigns[arr.campaigns["campaign_id"] >= 0]
+    cap = np.floor(camp["budget"].to_numpy() / push_cost + 1e-9)
+    full = camp[camp["reached"].to_numpy() < cap]
+    last_full = np.full(S, -1)
+    for s, name in enumerate(SEGMENTS):
+        launched = full.loc[full["segment"].isin(["all", name]), "day"]
+        last_full[s] = int(launched.max()) if len(launched) else -1
+    last_push = np.where(arr.push_campaign >= 0, np.arange(arr.n_days), -1).max(axis=1)
+    unsub = (last_push >= 0) & (last_full[arr.segment] > last_push)
+    return unsub, last_push
+
+
+def fit_unsubscribe(
+    arr: LogArrays, unsub: np.ndarray, last_push: np.ndarray, smoothing: float
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """P(unsubscribe at a push | pushes in the last 7 days, this one included).
+
+    Smoothed toward the pooled rate and made non-decreasing in fatigue (an unseen level gets the rate
+    of the level below it): more pushes never make a subscriber less likely to leave.
+    """
+    pushed = arr.push_campaign >= 0
+    cum = np.cumsum(pushed, axis=1)
+    week = (
+        cum
+        - np.concatenate([np.zeros((len(cum), 7), dtype=cum.dtype), cum[:, :-7]], axis=1)[:, : cum.shape[1]]
+    )
+    rows, days = np.nonzero(pushed)
+    is_last = days == last_push[rows]
+    label = is_last & unsub[rows]
+    known = ~is_last | unsub[rows]  # a last push without a later full campaign is censored
+    fat = np.minimum(week[rows, days], 7)[known]
+    y = label[known].astype(float)
+    n = np.bincount(fat, minlength=8).astype(float)
+    k = np.bincount(fat, y, minlength=8)
+    pooled = k.sum() / max(n.sum(), 1.0)
+    prob = (k + smoothing * pooled) / (n + smoothing)
+    seen = np.flatnonzero(n > 0)
+    if len(seen):
+        prob = np.interp(np.arange(8), seen, prob[seen], left=prob[seen[0]], right=prob[seen[-1]])
+        prob[seen[-1] :] = prob[seen[-1]]
+    prob = np.maximum.accumulate(prob)
+    report = {
+        "inferred_unsubscribed": int(unsub.sum()),
+        "pooled_rate": float(pooled),
+        "by_pushes_7d": list(map(float, prob)),
+        "pushes_used": int(n.sum()),
+    }
+    return prob, report
+
+
+def fit_active(arr: LogArrays) -> np.ndarray:
+    """Share of customers who last bought 0-30 / 31-60 / 61-90 days ago that the shop counts active."""
+    days = np.arange(arr.n_days)
+    last = np.maximum.accumulate(np.where(arr.bought, days, -NEVER), axis=1)
+    since = days - last
+    cols = [((since >= lo) & (since <= hi)).sum(axis=0) for lo, hi in ((0, 30), (31, 60), (61, 90))]
+    coef, _ = nnls(np.column_stack(cols).astype(float), arr.daily[:, DAY["active_customers"]])
+    return np.clip(coef, 0.0, 1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Inferred conventions, start state
+# --------------------------------------------------------------------------------------------------
+
+
+def infer_promo_days(arr: LogArrays) -> int:
+    """Longest lag from a campaign's launch to a purchase attributed to it, plus one (7 when none)."""
+    camp = arr.campaigns[arr.campaigns["campaign_id"] >= 0].set_index("campaign_id")["day"]
+    buys = arr.purchases[arr.purchases["campaign"] >= 0]
+    lag = buys["day"].to_numpy() - camp.reindex(buys["campaign"].to_numpy()).to_numpy()
+    lag = lag[~np.isnan(lag)]
+    return int(np.clip(lag.max() + 1, 1, 30)) if len(lag) else 7
+
+
+def infer_maturity_days(arr: LogArrays, default: int = 30) -> int:
+    """Days from launch to maturity consistent with the campaigns log's ``matured`` flags.
+
+    A campaign launched on day ``u`` is matured at the end of the log iff ``u + M <= D - 1``: the last
+    matured launch bounds ``M`` from above and the first open one from below. ``default`` (the
+    seed's 30-day convention) is kept when it lies within the bounds, else the nearest bound.
+    """
+    camp = arr.campaigns[arr.campaigns["campaign_id"] >= 0]
+    flags = camp["matured"].astype(bool)
+    upper = arr.n_days - 1 - int(camp.loc[flags, "day"].max()) if flags.any() else 120
+    lower = arr.n_days - int(camp.loc[~flags, "day"].min()) if (~flags).any() else 1
+    return int(np.clip(default, max(lower, 1), max(min(upper, 120), lower, 1)))
+
+
+def start_state(arr: LogArrays, promo_days: int, subscribed: np.ndarray, chunk: int) -> dict[str, np.ndarray]:
+    """The logged customers' state the day after the log (bootstrapped by ``SimMarket.reset``)."""
+    end = end_states(arr, promo_days, chunk)
+    on = (end.offer_age >= 0) & (end.offer_action > 0)
+    return {
+        "init_segment": end.segment.astype(np.int64),
+        "init_since": end.since.astype(np.int64),
+        "init_orders": end.orders.astype(np.int64),
+        "init_age": end.age.astype(np.int64),
+        "init_push_bits": push_history_bits(arr),
+        "init_offer_action": np.where(on, end.offer_action, 0).astype(np.int64),
+        "init_offer_age": np.where(on, end.offer_age, 0).astype(np.int64),
+        "init_subscribed": subscribed,
+        "start_weekday": np.array((int(arr.weekday[-1]) + 1) % 7),
+    }
+
+
+def recent_rates(
+    arr: LogArrays, orders: pd.DataFrame, recovery: np.ndarray, cost: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The last week per customer (observation history) and the recent daily rate of delayed events."""
+    c, d = arr.n_customers, arr.daily
+    tail = d[-60:]
+    back = orders[orders["return_day"].notna()]
+    cat = back["category"].to_numpy()
+    loss = back["paid"].to_numpy() - recovery[cat] * cost[cat] * back["list_value"].to_numpy()
+    loss_per_return = float(loss.mean()) if len(loss) else 0.0
+    rate = np.zeros(len(PENDING_KEYS))
+    rate[PEND["returns"]] = tail[:, DAY["returns"]].mean() / c
+    rate[PEND["refunds"]] = tail[:, DAY["refunds"]].mean() / c
+    rate[PEND["return_loss"]] = rate[PEND["returns"]] * loss_per_return
+    rate[PEND["complaints"]] = tail[:, DAY["complaints"]].mean() / c
+    rate[PEND["late_deliveries"]] = tail[:, DAY["late_deliveries"]].mean() / c
+    return {"history": d[-7:] / c, "pending_rate": rate}
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole fit
+# --------------------------------------------------------------------------------------------------
+
+
+def _purchase_stage(
+    arr: LogArrays, config: SimFitConfig, layout: DesignLayout
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Fit, check on the held-out tail, estimate the shock, refit, compile."""
+    rng = np.random.default_rng(config.seed)
+    panel = build_panel(arr, layout.promo_days, config.negative_rate, rng, config.chunk_customers)
+    split = log_tail_days(arr.n_days, config.validation_fraction)
+    train, test = panel.take(panel.day < split), panel.take(panel.day >= split)
+    if not train.label.any():
+        raise LogError(f"no purchases before day {split}: the logs are too short to fit a purchase model")
+    model = fit_purchase(train, layout, config)
+    report: dict[str, Any] = {
+        "model": config.model,
+        "panel_rows": len(panel),
+        "panel_purchases": int(panel.label.sum()),
+        "split_day": split,
+        **evaluate_purchase(model, train, test, layout),
+    }
+    predicted = predict_daily_orders(arr, model, layout, config.chunk_customers)
+    actual = arr.daily[:, DAY["orders"]]
+    shock = fit_shock(actual[:split], predicted[:split]) * config.noise_scale
+    tail = slice(split, arr.n_days)
+    report["daily_orders_heldout"] = {
+        "days": arr.n_days - split,
+        "actual_mean": float(actual[tail].mean()),
+        "predicted_mean": float(predicted[tail].mean()),
+        "mae": float(np.abs(actual[tail] - predicted[tail]).mean()),
+        "correlation": float(np.corrcoef(actual[tail], predicted[tail])[0, 1])
+        if arr.n_days - split > 2
+        else float("nan"),
+    }
+    report["shock_sd"] = shock
+    if config.refit_on_all:
+        model = fit_purchase(panel, layout, config)
+    tables = compile_purchase(model, layout)
+    report["offer_logit_by_discount"] = offer_effect_summary(tables["offer"])
+    return {**tables, "shock_sd": np.array(shock)}, report
+
+
+def fit_simulator(logs: Logs, config: SimFitConfig | None = None) -> FitResult:
+    """Fit every mechanism from ``logs`` and compile them into :class:`SimParams`."""
+    config = config or SimFitConfig()
+    started = time.perf_counter()
+    arr = log_arrays(logs)
+    promo = config.promo_days or infer_promo_days(arr)
+    maturity = config.maturity_days or infer_maturity_days(arr)
+    push_cost = estimate_push_cost(arr)
+    layout = DesignLayout(promo)
+    purchase, purchase_report = _purchase_stage(arr, config, layout)
+    orders = match_orders(arr)
+    split = log_tail_days(arr.n_days, config.validation_fraction)
+    spend, spend_report = fit_spend(orders, split)
+    costs, cost_report = fit_costs(arr, orders)
+    stockout = fit_stockouts(arr, orders, config.smoothing)
+    fulfil, fulfil_report = fit_fulfilment(arr, orders, stockout)
+    returns, return_report = fit_returns(arr, orders, config)
+    unsub, last_push = infer_unsubscribed(arr, push_cost)
+    unsub_prob, unsub_report = fit_unsubscribe(arr, unsub, last_push, config.smoothing)
+    params = SimParams(
+        **purchase,
+        **spend,
+        category_cdf=fit_categories(orders),
+        **costs,
+        stockout_edges=np.asarray(STOCKOUT_EDGES),
+        stockout_prob=stockout,
+        **fulfil,
+        **returns,
+        unsub_prob=unsub_prob,
+        active_coef=fit_active(arr),
+        push_cost=np.array(push_cost),
+        maturity_days=np.array(maturity),
+        promo_days=np.array(promo),
+        exo=arr.exo.copy(),
+        block_days=np.array(config.block_days),
+        age_cap=np.array(arr.n_days),
+        **recent_rates(arr, orders, costs["return_recovery"], costs["cost_ratio"]),
+        **start_state(arr, promo, ~unsub, config.chunk_customers),
+    )
+    report = {
+        "logs": {
+            "customers": arr.n_customers,
+            "days": arr.n_days,
+            "events": len(arr.events),
+            "purchases": len(orders),
+            "pushes": int((arr.push_campaign >= 0).sum()),
+        },
+        "inferred": {"promo_days": promo, "maturity_days": maturity, "push_cost": push_cost},
+        "purchase": purchase_report,
+        "spend": spend_report,
+        "costs": cost_report,
+        "fulfilment": fulfil_report,
+        "returns": return_report,
+        "unsubscribe": unsub_report,
+        "active_coef": list(map(float, params.active_coef)),
+        "sizes": {
+            "params_bytes": int(sum(v.nbytes for v in params.to_arrays().values())),
+            "start_customers": len(params.init_segment),
+            "exo_days": len(params.exo),
+        },
+        "fit_seconds": time.perf_counter() - started,
+    }
+    return FitResult(params, report)
