@@ -5,12 +5,13 @@ Measured here, every rate in one process with one thread (numpy's BLAS pools lim
 
 * the reference world (``transferlab.simulator.reference_world``: one simpy process per customer) and
   the vector world (``MarketWorld``: customers as numpy arrays) at each market size: build the market,
-  then simulate ``--days`` days under a fixed action plan (a random catalog campaign on about a third
-  of the days, the same plan for both); the median over ``--repeats`` seeds;
+  then simulate ``days`` days under a seeded action plan (a random catalog campaign on about a third
+  of the days, the same plans for both), in alternating rounds; fast ones run again with new seeds
+  until their runs add up to ``min_seconds``; the median run is reported;
 * the learned simulator's batched ``SimMarket`` (``transferlab.simulator.learned``): ``reset`` then
-  ``--days`` steps of ``batch`` markets of 1,000 customers, each market with its own random actions;
+  ``days`` steps of ``batch`` markets of 1,000 customers, each market with its own random actions;
 * seed 000's training budget, 100,000 episodes x 30 days x 1,000 customers with the learned
-  simulator on ``--processes`` processes: projected from the single-process rate, and measured by
+  simulator on ``processes`` processes: projected from the single-process rate, and measured by
   running a fraction of the episodes on that many processes at once and extrapolating linearly
   (the one-off start-up, process spawn and compile, is added once, not extrapolated).
 
@@ -18,13 +19,16 @@ A customer-day is one customer simulated for one day. Verdicts are computed from
 against the targets: >= 100x the per-customer reference (same market size), >= 1M customer-days per
 second per core, 100,000 episodes in under 10 minutes. No timing is asserted anywhere.
 
-Usage: python benchmarks/simulator_speed.py [--quick] [--json PATH] [--markdown PATH]
+Usage: python benchmarks/simulator_speed.py [--quick] [--json PATH] [--markdown PATH] [--simulator DIR]
+(SpeedConfig holds the sizes; --quick is the smoke size the tests run.)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import functools
 import importlib.metadata
 import math
 import multiprocessing as mp
@@ -38,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -66,7 +71,9 @@ class SpeedConfig:
     days: int = 30
     """Days simulated per timed run (an episode: seed 000's 30 days)."""
     repeats: int = 3
-    """Timed runs per implementation and size (different seeds); the median is reported."""
+    """Rounds of timed runs per implementation and size (the worlds alternate round by round)."""
+    min_seconds: float = 3.0
+    """Fast implementations run again (new seeds) until their runs add up to this; the median is reported."""
     batches: tuple[int, ...] = (10, 100, 1_000)
     """Markets per learned-simulator batch (each of ``episode_customers`` customers)."""
     episode_customers: int = 1_000
@@ -81,6 +88,8 @@ class SpeedConfig:
     """Days of logs the learned simulator is fitted on."""
     log_customers: int = 2_000
     """Customers in the logged world."""
+    simulator: str | None = None
+    """A saved learned simulator (``transferlab sim fit ... --out DIR``) instead of fitting one."""
     quick_params: bool = False
     """Use the learned simulator's toy parameters instead of fitting them (smoke runs only)."""
 
@@ -97,6 +106,7 @@ class SpeedConfig:
             sizes=(200, 400),
             days=5,
             repeats=1,
+            min_seconds=0.0,
             batches=(4,),
             episode_customers=200,
             measured_episodes=8,
@@ -164,37 +174,39 @@ def rate_row(
 def learned_params(cfg: SpeedConfig, log: Callable[[str], None]) -> tuple[Any, str]:
     """The learned simulator's parameters and how they were made, or ``(None, why not)``.
 
-    Fitted (``fit_simulator``) on logs of the ground-truth world under the marketer (``generate_logs``);
+    Loaded from ``cfg.simulator`` (a ``transferlab sim fit`` directory), or fitted with
+    ``LearnedSimulator.fit`` on logs of the ground-truth world under the marketer (``generate_logs``);
     the fit's own time is not part of any rate. ``quick_params`` takes the hand-made toy parameters.
     """
     try:
-        from transferlab.simulator.learned.market import SimParams
+        from transferlab.simulator.learned import LearnedSimulator, SimFitConfig, SimParams
     except ImportError as exc:
         return None, f"not measured: transferlab.simulator.learned is not available ({exc})"
     if cfg.quick_params:
         return SimParams.toy(n_customers=500), "toy parameters (`SimParams.toy`, not fitted: smoke run)"
-    try:
-        from transferlab.simulator.learned.fit import fit_simulator
-        from transferlab.simulator.logs import LogSpec, generate_logs
+    if cfg.simulator:
+        return LearnedSimulator.load(cfg.simulator).params, f"loaded from `{cfg.simulator}`"
+    from transferlab.simulator.logs import LogSpec, generate_logs
 
-        log(f"fitting the learned simulator on {cfg.log_days} days x {cfg.log_customers:,} customers ...")
-        t0 = time.perf_counter()
-        world = WorldConfig(n_customers=cfg.log_customers, seed=0)
-        fit = fit_simulator(generate_logs(LogSpec(days=cfg.log_days, world=world)))
-    except (ImportError, FileNotFoundError) as exc:  # no fit yet, or no CDNOW prior for the logs
-        why = f"{type(exc).__name__}: {exc}"
-        return SimParams.toy(n_customers=500), f"toy parameters (`SimParams.toy`, not fitted: {why})"
-    took = time.perf_counter() - t0
-    return fit.params, (
-        f"fitted by `fit_simulator` on {cfg.log_days} days x {cfg.log_customers:,} customers of "
-        f"`generate_logs` (world seed 0, the marketer policy); logs and fit took {took:.0f} s, untimed"
+    log(f"fitting the learned simulator on {cfg.log_days} days x {cfg.log_customers:,} customers ...")
+    t0 = time.perf_counter()
+    world = WorldConfig(n_customers=cfg.log_customers, seed=0)
+    prior, prior_note = default_prior()
+    # generate_logs builds its world with the default prior; without cdnow_prior.json, use the fallback
+    with mock.patch.object(CustomerPrior, "from_cdnow", return_value=prior):
+        logs = generate_logs(LogSpec(days=cfg.log_days, world=world))
+    sim = LearnedSimulator.fit(logs, SimFitConfig(seed=0))
+    return sim.params, (
+        f"fitted by `LearnedSimulator.fit` on {cfg.log_days} days x {cfg.log_customers:,} customers of "
+        f"`generate_logs` (world seed 0, the marketer policy, prior: {prior_note}); logs "
+        f"and fit took {time.perf_counter() - t0:.0f} s, untimed"
     )
 
 
 def _episode_worker(args: tuple[Any, int, int, int, int, Any, Any]) -> tuple[float, float, int]:
     """Run ``episodes`` episodes in batches after the barrier; returns (start, end, episodes)."""
     params, batch, customers, days, episodes, seed, barrier = args
-    from transferlab.simulator.learned.market import SimMarket
+    from transferlab.simulator.learned import SimMarket
 
     with threadpool_limits(1):
         market = SimMarket(params, n_envs=batch, n_customers=customers, seed=seed, track_campaigns=False)
@@ -246,34 +258,47 @@ def default_prior() -> tuple[CustomerPrior, str]:
     try:
         return CustomerPrior.from_cdnow(), "CDNOW fit (cdnow_prior.json)"
     except FileNotFoundError:
-        return FALLBACK_PRIOR, f"explicit fallback {asdict(FALLBACK_PRIOR)} (cdnow_prior.json absent)"
+        return FALLBACK_PRIOR, "explicit fallback (cdnow_prior.json absent)"
+
+
+def timed_round(run_once: Callable[[int], float], r: int, budget_s: float) -> list[float]:
+    """Round ``r``: ``run_once(seed)`` at least once, then again (new seeds) until ``budget_s`` is spent."""
+    secs: list[float] = []
+    while not secs or (sum(secs) < budget_s and len(secs) < 100):
+        secs.append(run_once(1000 * r + len(secs)))
+    return secs
 
 
 def time_worlds(cfg: SpeedConfig, prior: CustomerPrior, log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The reference and the vector world at each size, their repeats interleaved (load hits both)."""
+    """The reference and the vector world at each size, in alternating rounds (load hits both)."""
     rows = []
+    worlds: dict[str, World] = {REFERENCE: ReferenceWorld, VECTOR: MarketWorld}
     for n in cfg.sizes:
         log(f"timing the reference and the vector world at {n:,} customers ...")
-        secs: dict[str, list[float]] = {REFERENCE: [], VECTOR: []}
-        for seed in range(-1, cfg.repeats):  # seed -1: warm-up, not counted
-            for name, cls in ((REFERENCE, ReferenceWorld), (VECTOR, MarketWorld)):
-                t = time_world(cls, n if seed >= 0 else min(n, 100), cfg.days, max(seed, 0), prior)
-                if seed >= 0:
-                    secs[name].append(t)
+        secs: dict[str, list[float]] = {name: [] for name in worlds}
+        for cls in worlds.values():
+            time_world(cls, min(n, 100), 2, 0, prior)  # warm-up
+        for r in range(cfg.repeats):
+            for name, cls in worlds.items():
+                run_once = functools.partial(time_world, cls, n, cfg.days, prior=prior)
+                secs[name] += timed_round(run_once, r, cfg.min_seconds / cfg.repeats)
         rows += [rate_row(name, n, 1, cfg.days, s) for name, s in secs.items()]
     return rows
 
 
 def time_learned_batches(cfg: SpeedConfig, params: Any, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """The learned simulator at each batch size (markets of ``episode_customers`` customers)."""
-    from transferlab.simulator.learned.market import SimMarket
+    from transferlab.simulator.learned import SimMarket
 
     rows = []
     for batch in cfg.batches:
         log(f"timing {LEARNED}, {batch} markets of {cfg.episode_customers:,} customers ...")
         market = SimMarket(params, batch, cfg.episode_customers, seed=0, track_campaigns=False)
         time_learned(market, 2, 999)  # warm-up
-        secs = [time_learned(market, cfg.days, seed) for seed in range(cfg.repeats)]
+        run_once = functools.partial(time_learned, market, cfg.days)
+        secs = [
+            t for r in range(cfg.repeats) for t in timed_round(run_once, r, cfg.min_seconds / cfg.repeats)
+        ]
         rows.append(rate_row(LEARNED, cfg.episode_customers, batch, cfg.days, secs))
     return rows
 
@@ -317,6 +342,7 @@ def run(cfg: SpeedConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
         "machine": machine() | {"load_1min_start": load_start, "load_1min_end": os.getloadavg()[0]},
         "config": asdict(cfg),
         "prior": prior_note,
+        "prior_values": asdict(prior),
         "learned_params": learned_note,
         "rows": rows,
         "budget": budget,
@@ -407,7 +433,7 @@ def render(result: dict[str, Any]) -> str:
         f"{m['cpus']} CPUs ({m['processor']}), Python {m['python']}, numpy {m['numpy']}, simpy "
         f"{m['simpy']}, one thread per process; 1-minute load average {m['load_1min_start']:.1f} at the "
         f"start and {m['load_1min_end']:.1f} at the end (other jobs share the cores). Customer prior: "
-        f"{result['prior']}. Learned simulator: {result['learned_params']}.",
+        f"{result['prior']}, {result['prior_values']}. Learned simulator: {result['learned_params']}.",
         "",
         "| implementation | customers per market | markets | days | customer-days | s (median) "
         "| customer-days/s | x reference |",
@@ -491,12 +517,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke sizes (seconds; for tests)")
     p.add_argument("--json", type=Path, help="also write the result as JSON here")
     p.add_argument("--markdown", type=Path, help="also write the tables as Markdown here, with the command")
+    p.add_argument("--simulator", help="a saved learned simulator directory (default: fit one on new logs)")
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = SpeedConfig.quick() if args.quick else SpeedConfig()
+    if args.simulator:
+        cfg = dataclasses.replace(cfg, simulator=args.simulator, quick_params=False)
     result = run(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(render(result))
     command = shlex.join(
