@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 import numpy as np
@@ -129,30 +129,46 @@ def action_plan(n_markets: int, days: int, seed: int) -> np.ndarray:
 World = type[MarketWorld] | type[ReferenceWorld]
 
 
-def time_world(cls: World, n: int, days: int, seed: int, prior: CustomerPrior) -> float:
-    """Seconds to build a market of ``n`` customers and simulate ``days`` days of the action plan."""
+class Timing(NamedTuple):
+    """One timed run: wall-clock seconds and this process's CPU seconds."""
+
+    wall: float
+    cpu: float
+
+
+def _clock() -> Timing:
+    return Timing(time.perf_counter(), time.process_time())
+
+
+def _since(t0: Timing) -> Timing:
+    return Timing(time.perf_counter() - t0.wall, time.process_time() - t0.cpu)
+
+
+def time_world(cls: World, n: int, days: int, seed: int, prior: CustomerPrior) -> Timing:
+    """Build a market of ``n`` customers and simulate ``days`` days of the action plan."""
     plan = action_plan(1, days, seed)[0]
-    t0 = time.perf_counter()
+    t0 = _clock()
     world = cls(WorldConfig(n_customers=n, seed=seed), prior=prior)
     for day in range(days):
         world.step(CATALOG[int(plan[day])])
-    return time.perf_counter() - t0
+    return _since(t0)
 
 
-def time_learned(market: Any, days: int, seed: int) -> float:
-    """Seconds for ``reset`` plus ``days`` steps of a batched ``SimMarket``."""
+def time_learned(market: Any, days: int, seed: int) -> Timing:
+    """``reset`` plus ``days`` steps of a batched ``SimMarket``."""
     plan = action_plan(market.n_envs, days, seed)
-    t0 = time.perf_counter()
+    t0 = _clock()
     market.reset(seed)
     for day in range(days):
         market.step(plan[:, day])
-    return time.perf_counter() - t0
+    return _since(t0)
 
 
 def rate_row(
-    implementation: str, customers: int, markets: int, days: int, seconds: list[float]
+    implementation: str, customers: int, markets: int, days: int, runs: list[Timing]
 ) -> dict[str, Any]:
-    median = statistics.median(seconds)
+    """Median run; the rate per CPU-second (what the process got of a core) and per wall second."""
+    wall, cpu = statistics.median(t.wall for t in runs), statistics.median(t.cpu for t in runs)
     customer_days = customers * markets * days
     return {
         "implementation": implementation,
@@ -160,9 +176,11 @@ def rate_row(
         "markets": markets,
         "days": days,
         "customer_days": customer_days,
-        "repeats": len(seconds),
-        "seconds": median,
-        "customer_days_per_s": customer_days / median,
+        "runs": len(runs),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "customer_days_per_s": customer_days / cpu,
+        "customer_days_per_wall_s": customer_days / wall,
     }
 
 
@@ -203,19 +221,19 @@ def learned_params(cfg: SpeedConfig, log: Callable[[str], None]) -> tuple[Any, s
     )
 
 
-def _episode_worker(args: tuple[Any, int, int, int, int, Any, Any]) -> tuple[float, float, int]:
-    """Run ``episodes`` episodes in batches after the barrier; returns (start, end, episodes)."""
+def _episode_worker(args: tuple[Any, int, int, int, int, Any, Any]) -> tuple[float, float, float, int]:
+    """Run ``episodes`` episodes in batches after the barrier; returns (start, end, CPU s, episodes)."""
     params, batch, customers, days, episodes, seed, barrier = args
     from transferlab.simulator.learned import SimMarket
 
     with threadpool_limits(1):
         market = SimMarket(params, n_envs=batch, n_customers=customers, seed=seed, track_campaigns=False)
         barrier.wait()
-        start, done = time.perf_counter(), 0
+        t0, done = _clock(), 0
         while done < episodes:
             time_learned(market, days, seed + done)
             done += batch
-        return start, time.perf_counter(), done
+        return t0.wall, time.perf_counter(), _since(t0).cpu, done
 
 
 def measure_budget(cfg: SpeedConfig, params: Any, batch: int) -> dict[str, Any]:
@@ -233,18 +251,21 @@ def measure_budget(cfg: SpeedConfig, params: Any, batch: int) -> dict[str, Any]:
         with ctx.Pool(cfg.processes) as pool:
             results = pool.map(_episode_worker, jobs)
     start, end = min(r[0] for r in results), max(r[1] for r in results)
-    episodes = sum(r[2] for r in results)
+    episodes = sum(r[3] for r in results)
     wall = end - start
     startup = start - t_spawn  # perf_counter is system-wide on Linux: spawn, imports, compile
     scale = cfg.target_episodes / episodes
+    cpu_per_process = sum(r[2] for r in results) / cfg.processes
     return {
         "processes": cfg.processes,
         "batch": batch,
         "measured_episodes": episodes,
         "measured_wall_s": wall,
         "measured_customer_days_per_s": episodes * cfg.episode_customers * cfg.days / wall,
+        "cpu_share": cpu_per_process / wall,
         "startup_s": startup,
         "extrapolated_s": wall * scale + startup,
+        "extrapolated_cpu_s": cpu_per_process * scale + startup,
         "fraction": episodes / cfg.target_episodes,
     }
 
@@ -261,12 +282,12 @@ def default_prior() -> tuple[CustomerPrior, str]:
         return FALLBACK_PRIOR, "explicit fallback (cdnow_prior.json absent)"
 
 
-def timed_round(run_once: Callable[[int], float], r: int, budget_s: float) -> list[float]:
+def timed_round(run_once: Callable[[int], Timing], r: int, budget_s: float) -> list[Timing]:
     """Round ``r``: ``run_once(seed)`` at least once, then again (new seeds) until ``budget_s`` is spent."""
-    secs: list[float] = []
-    while not secs or (sum(secs) < budget_s and len(secs) < 100):
-        secs.append(run_once(1000 * r + len(secs)))
-    return secs
+    runs: list[Timing] = []
+    while not runs or (sum(t.wall for t in runs) < budget_s and len(runs) < 100):
+        runs.append(run_once(1000 * r + len(runs)))
+    return runs
 
 
 def time_worlds(cfg: SpeedConfig, prior: CustomerPrior, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -275,7 +296,7 @@ def time_worlds(cfg: SpeedConfig, prior: CustomerPrior, log: Callable[[str], Non
     worlds: dict[str, World] = {REFERENCE: ReferenceWorld, VECTOR: MarketWorld}
     for n in cfg.sizes:
         log(f"timing the reference and the vector world at {n:,} customers ...")
-        secs: dict[str, list[float]] = {name: [] for name in worlds}
+        secs: dict[str, list[Timing]] = {name: [] for name in worlds}
         for cls in worlds.values():
             time_world(cls, min(n, 100), 2, 0, prior)  # warm-up
         for r in range(cfg.repeats):
@@ -435,15 +456,19 @@ def render(result: dict[str, Any]) -> str:
         f"start and {m['load_1min_end']:.1f} at the end (other jobs share the cores). Customer prior: "
         f"{result['prior']}, {result['prior_values']}. Learned simulator: {result['learned_params']}.",
         "",
-        "| implementation | customers per market | markets | days | customer-days | s (median) "
-        "| customer-days/s | x reference |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"Each run simulates {cfg['days']} days; medians over the runs. Rates are customer-days per "
+        "CPU-second of the one process (what it got of a core; the per-core figure) and per wall second.",
+        "",
+        "| implementation | customers per market | markets | customer-days per run | runs | wall s "
+        "| CPU s | customer-days / CPU-s | customer-days / wall-s | x reference (CPU) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         ratio = "" if r["ratio_to_reference"] is None else f"{r['ratio_to_reference']:,.1f}x"
         lines.append(
-            f"| {r['implementation']} | {r['customers']:,} | {r['markets']:,} | {r['days']} "
-            f"| {r['customer_days']:,} | {r['seconds']:.3f} | {_num(r['customer_days_per_s'])} | {ratio} |"
+            f"| {r['implementation']} | {r['customers']:,} | {r['markets']:,} | {r['customer_days']:,} "
+            f"| {r['runs']} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {_num(r['customer_days_per_s'])} "
+            f"| {_num(r['customer_days_per_wall_s'])} | {ratio} |"
         )
     b = result["budget"]
     if b is not None:
@@ -455,13 +480,17 @@ def render(result: dict[str, Any]) -> str:
             "",
             "| | value |",
             "|---|---:|",
-            f"| projected: single-process rate x {b['processes']} | {b['projected_s'] / 60:.1f} min |",
+            f"| projected: best single-process rate per CPU-second x {b['processes']} cores "
+            f"| {b['projected_s'] / 60:.1f} min |",
             f"| measured: {b['measured_episodes']:,} episodes ({b['fraction']:.1%} of the budget) on "
             f"{b['processes']} processes at once | {b['measured_wall_s']:.2f} s "
-            f"({_num(b['measured_customer_days_per_s'])} customer-days/s) |",
+            f"({_num(b['measured_customer_days_per_s'])} customer-days/s; the workers got "
+            f"{b['cpu_share']:.0%} of their cores) |",
             f"| one-off start-up (spawn, imports, compile), counted once | {b['startup_s']:.1f} s |",
             f"| measured on {b['fraction']:.1%}, extrapolated linearly to {b['target_episodes']:,} "
             f"episodes | {b['extrapolated_s'] / 60:.1f} min |",
+            f"| the same at the CPU time the workers used (as if they had their cores alone) "
+            f"| {b['extrapolated_cpu_s'] / 60:.1f} min |",
             f"| the same, scaled to the {b['env_days_per_episode']} simulated days of a `CampaignEnv` "
             f"episode (warm-up + {cfg['days']} + settlement) | {b['extrapolated_env_s'] / 60:.1f} min |",
         ]
@@ -486,8 +515,10 @@ NOTES = [
     "operations over (markets x customers); campaign tracking off (as for training).",
     "- A timed run builds the market (the worlds) or resets it (the learned simulator), then simulates "
     "the days under the same kind of action plan: a uniformly drawn catalog campaign on about a third of "
-    "the days. Rates are customer-days (customers x markets x days) per second of one process with one "
-    "thread; `x reference` divides by the reference's rate at the same market size.",
+    "the days. Rates are customer-days (customers x markets x days) per CPU-second of one process with "
+    "one thread (`time.process_time`): on this shared machine other jobs take turns on the cores, and "
+    "the CPU time is what the process actually got of one; the wall-clock rates are shown too. "
+    "`x reference` divides by the reference's rate at the same market size.",
     "- The training budget is measured by running a fraction of the episodes on both cores at once "
     "(one process each, in the fastest batch size) and extrapolating linearly; the one-off start-up "
     "(process spawn, imports, compiling the simulator) is added once.",

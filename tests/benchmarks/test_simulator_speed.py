@@ -62,7 +62,8 @@ def test_every_implementation_is_timed_at_every_size(quick: tuple[dict[str, Any]
         assert {(bench.LEARNED, cfg.episode_customers, b) for b in cfg.batches} <= measured
     for r in result["rows"]:
         assert r["customer_days"] == r["customers"] * r["markets"] * r["days"]
-        assert math.isfinite(r["customer_days_per_s"]) and r["customer_days_per_s"] > 0
+        for key in ("customer_days_per_s", "customer_days_per_wall_s"):
+            assert math.isfinite(r[key]) and r[key] > 0, key
         assert math.isfinite(r["ratio_to_reference"]) and r["ratio_to_reference"] > 0
         if r["implementation"] == bench.REFERENCE:
             assert r["ratio_to_reference"] == pytest.approx(1.0)
@@ -83,8 +84,9 @@ def test_verdicts_follow_from_the_measurements(quick: tuple[dict[str, Any], str,
     budget = result["budget"]
     if HAS_LEARNED:
         assert budget["measured_episodes"] >= bench.SpeedConfig.quick().measured_episodes
-        for key in ("measured_wall_s", "extrapolated_s", "projected_s", "startup_s"):
+        for key in ("measured_wall_s", "extrapolated_s", "extrapolated_cpu_s", "projected_s", "startup_s"):
             assert math.isfinite(budget[key]) and budget[key] > 0, key
+        assert 0 < budget["cpu_share"] <= 1.05
         assert budget["extrapolated_s"] > budget["measured_wall_s"]  # 8 episodes stand for 100,000
 
 
