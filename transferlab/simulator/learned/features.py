@@ -383,17 +383,38 @@ def push_history_bits(arr: LogArrays, days: int = 30) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 
 
+SHRUNK_BLOCKS = (
+    "competitor",
+    "discount",
+    "discount2",
+    "hour_cos",
+    "hour_sin",
+    "discount_age",
+    "offer_recency",
+    "offer_frequency",
+)
+"""Design blocks fitted with the stronger ``interaction_c`` penalty (per-segment deviations, interactions)."""
+
+
 @dataclass(frozen=True)
 class DesignLayout:
     """Column blocks of the purchase model's design matrix (each becomes one compiled table).
 
+    Push fatigue enters only through the offer (a main effect of recent pushes on everyone's purchase
+    rate would mostly learn the marketer's habit of pushing when sales are weak). The panel's stock
+    cover is not a column either: customers do not see stock, and in the logs cover
+    trends with the ageing customer base (stock depletes while early buyers lapse), so its
+    coefficient would be a spurious time trend that the bootstrapped cover then replays.
+
     Blocks: ``segment`` (S one-hot), ``recency_frequency`` (R x F one-hot), ``age`` (log age, per
     frequency bucket), ``weekday`` (7 one-hot), ``competitor`` (mean log price index, per segment),
-    ``cover`` (stock cover), ``fatigue`` (pushes 7d, pushes 30d / 4, pushes 7d while an offer is
-    active), and for an active offer: ``offer_age`` (one-hot days since the push), ``discount``,
-    ``discount2``, ``hour_cos``, ``hour_sin`` (each per segment), ``discount_age``, and
+    and for an active offer: ``fatigue`` (pushes in the last 7 days, pushes in the last 30 days / 4:
+    tired customers answer an offer less), ``offer_age`` (one-hot days since the push), ``offer_main``
+    (discount, discount squared, cos and sin of the push hour), their per-segment deviations
+    ``discount``, ``discount2``, ``hour_cos``, ``hour_sin``, then ``discount_age``, and
     ``offer_recency`` / ``offer_frequency`` (one-hot: an offer moves rare buyers more, in log-odds,
-    than regulars).
+    than regulars). The blocks in :data:`SHRUNK_BLOCKS` get a stronger L2 penalty (the logs hold few
+    campaigns, so per-segment deviations are noisy).
     """
 
     promo_days: int
@@ -406,9 +427,9 @@ class DesignLayout:
             "age": F,
             "weekday": 7,
             "competitor": S,
-            "cover": 1,
-            "fatigue": 3,
+            "fatigue": 2,
             "offer_age": self.promo_days,
+            "offer_main": 4,
             "discount": S,
             "discount2": S,
             "hour_cos": S,
@@ -431,6 +452,12 @@ class DesignLayout:
     def n_columns(self) -> int:
         return sum(self.blocks.values())
 
+    def shrunk_columns(self) -> np.ndarray:
+        """Indices of the columns in :data:`SHRUNK_BLOCKS`."""
+        return np.concatenate(
+            [np.arange(self.start(b), self.start(b) + self.blocks[b]) for b in SHRUNK_BLOCKS]
+        )
+
     def names(self) -> list[str]:
         """Column names, e.g. ``discount[loyal]``."""
         labels: dict[str, list[str]] = {
@@ -439,8 +466,9 @@ class DesignLayout:
             "age": [f"f{f}" for f in range(F)],
             "weekday": [str(w) for w in range(7)],
             "competitor": list(SEGMENTS),
-            "fatigue": ["pushes_7d", "pushes_30d/4", "pushes_7d*offer"],
+            "fatigue": ["pushes_7d*offer", "pushes_30d/4*offer"],
             "offer_age": [str(k) for k in range(self.promo_days)],
+            "offer_main": ["discount", "discount2", "hour_cos", "hour_sin"],
             **{b: list(SEGMENTS) for b in ("discount", "discount2", "hour_cos", "hour_sin")},
             "offer_recency": [f"r{r}" for r in range(R)],
             "offer_frequency": [f"f{f}" for f in range(F)],
@@ -470,11 +498,13 @@ def design_matrix(panel: Panel, layout: DesignLayout) -> sparse.csr_matrix:
         (st("age") + fb, np.log(panel.age + AGE_OFFSET)),
         (st("weekday") + panel.weekday.astype(np.int64), np.ones(n)),
         (st("competitor") + seg, panel.log_competitor.astype(np.float64)),
-        (np.full(n, st("cover")), panel.cover.astype(np.float64)),
-        (np.full(n, st("fatigue")), p7),
-        (np.full(n, st("fatigue") + 1), panel.pushes_30d / 4.0),
-        (np.full(n, st("fatigue") + 2), p7 * on),
+        (np.full(n, st("fatigue")), p7 * on),
+        (np.full(n, st("fatigue") + 1), panel.pushes_30d / 4.0 * on),
         (st("offer_age") + k, on),
+        (np.full(n, st("offer_main")), disc),
+        (np.full(n, st("offer_main") + 1), disc**2),
+        (np.full(n, st("offer_main") + 2), cos_h * on),
+        (np.full(n, st("offer_main") + 3), sin_h * on),
         (st("discount") + seg, disc),
         (st("discount2") + seg, disc**2),
         (st("hour_cos") + seg, cos_h * on),

@@ -29,9 +29,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 from pydantic import Field
+from scipy import sparse
 from scipy.optimize import nnls
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import log_loss, roc_auc_score
+from threadpoolctl import threadpool_limits
 
 from transferlab.platform.config import BaseConfig
 from transferlab.simulator.learned.features import (
@@ -58,6 +60,8 @@ from transferlab.simulator.learned.market import PEND, PENDING_KEYS, SimParams
 from transferlab.simulator.logs import LogError, Logs
 from transferlab.simulator.market import CATALOG, DAY_KEYS, SEGMENTS
 
+INTERACTION_GRID = (0.003, 0.03, 0.3, 3.0)
+"""Candidate ``interaction_c`` values tried on the held-out tail when the config leaves it None."""
 STOCKOUT_EDGES = (0.0, 1.0, 3.0)
 """Stock-cover buckets (days) of the stock-out model: <= 0, (0, 1], (1, 3], > 3."""
 DAY = {k: i for i, k in enumerate(DAY_KEYS)}
@@ -74,6 +78,13 @@ class SimFitConfig(BaseConfig):
     )
     l2_c: float = Field(
         1.0, gt=0, description="Inverse L2 strength of the logistic regressions (scikit-learn's C)."
+    )
+    interaction_c: float | None = Field(
+        None,
+        gt=0,
+        description="Inverse L2 strength of the purchase model's per-segment deviations and interactions "
+        "(offer by segment, recency and frequency; competitor by segment); None picks the best of "
+        "INTERACTION_GRID by held-out log loss.",
     )
     negative_rate: float = Field(
         0.1,
@@ -121,6 +132,12 @@ class SimFitConfig(BaseConfig):
     chunk_customers: int = Field(
         5000, ge=100, description="Customers per chunk when building customer-day states (memory bound)."
     )
+    threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="BLAS/OpenMP threads of the fit (its problems are small: more threads mostly contend).",
+    )
 
 
 @dataclass
@@ -150,14 +167,22 @@ class PurchaseModel:
         return np.asarray(design_matrix(panel, layout) @ self.coef) + self.intercept
 
 
-def fit_purchase(panel: Panel, layout: DesignLayout, config: SimFitConfig) -> PurchaseModel:
-    """Fit the purchase model on ``panel`` (weighted rows)."""
-    x = design_matrix(panel, layout)
-    if config.model == "logistic":
-        lr = LogisticRegression(C=config.l2_c, solver="newton-cholesky", max_iter=200, tol=1e-6)
-        lr.fit(x, panel.label, sample_weight=panel.weight)
-        return PurchaseModel(lr.coef_[0].copy(), float(lr.intercept_[0]), {})
-    return _fit_hgb_distilled(panel, layout, config)
+def fit_purchase(
+    panel: Panel, layout: DesignLayout, config: SimFitConfig, interaction_c: float = 0.03
+) -> PurchaseModel:
+    """Fit the purchase model on ``panel`` (weighted rows).
+
+    The shrunk blocks get L2 strength ``1 / interaction_c`` instead of ``1 / l2_c``: their columns
+    are scaled by ``sqrt(interaction_c / l2_c)`` for the fit and their coefficients scaled back.
+    """
+    if config.model == "hgb":
+        return _fit_hgb_distilled(panel, layout, config)
+    scale = np.ones(layout.n_columns)
+    scale[layout.shrunk_columns()] = np.sqrt(interaction_c / config.l2_c)
+    x = design_matrix(panel, layout) @ sparse.diags(scale)
+    lr = LogisticRegression(C=config.l2_c, solver="newton-cholesky", max_iter=200, tol=1e-6)
+    lr.fit(x, panel.label, sample_weight=panel.weight)
+    return PurchaseModel(lr.coef_[0] * scale, float(lr.intercept_[0]), {})
 
 
 def _fit_hgb_distilled(panel: Panel, layout: DesignLayout, config: SimFitConfig) -> PurchaseModel:
@@ -250,8 +275,12 @@ def compile_purchase(model: PurchaseModel, layout: DesignLayout) -> dict[str, np
     disc, cos_h, sin_h = catalog_offer_features()
     k = np.arange(p)
 
+    names = ("discount", "discount2", "hour_cos", "hour_sin")
+    main = dict(zip(names, w[st("offer_main") : st("offer_main") + 4], strict=True))
+
     def per_seg(block: str) -> np.ndarray:
-        return w[st(block) : st(block) + S]
+        """Per-segment coefficients of ``block``: the main effect (if any) plus the segment's deviation."""
+        return w[st(block) : st(block) + S] + main.get(block, 0.0)
 
     offer = (
         w[st("offer_age") : st("offer_age") + p][None, None, :]
@@ -267,8 +296,8 @@ def compile_purchase(model: PurchaseModel, layout: DesignLayout) -> dict[str, np
         "age_coef": w[st("age") : st("age") + F].astype(np.float32),
         "weekday_coef": w[st("weekday") : st("weekday") + 7].astype(np.float32),
         "competitor_coef": per_seg("competitor").astype(np.float32),
-        "cover_coef": w[st("cover") : st("cover") + 1].copy(),
-        "fatigue_coef": w[st("fatigue") : st("fatigue") + 3].astype(np.float32),
+        "cover_coef": np.zeros(1),  # stock cover is not in the purchase model (see DesignLayout)
+        "fatigue_coef": w[st("fatigue") : st("fatigue") + 2].astype(np.float32),
         "offer": offer.astype(np.float32),
     }
 
@@ -286,10 +315,7 @@ def compiled_logit(tables: dict[str, np.ndarray], panel: Panel) -> np.ndarray:
         + tables["age_coef"][fb] * np.log(panel.age + 30.0)
         + tables["weekday_coef"][panel.weekday]
         + tables["competitor_coef"][panel.segment] * panel.log_competitor
-        + tables["cover_coef"][0] * panel.cover
-        + fat[0] * panel.pushes_7d
-        + fat[1] * panel.pushes_30d / 4
-        + fat[2] * panel.pushes_7d * on
+        + (fat[0] * panel.pushes_7d + fat[1] * panel.pushes_30d / 4) * on
         + tables["offer"][panel.segment, action, k]
     )
 
@@ -666,6 +692,20 @@ def recent_rates(
 # --------------------------------------------------------------------------------------------------
 
 
+def _choose_interaction_c(
+    train: Panel, test: Panel, layout: DesignLayout, config: SimFitConfig
+) -> tuple[float, dict[str, float]]:
+    """``config.interaction_c``, or the grid value with the best held-out log loss (and the grid's losses)."""
+    if config.interaction_c is not None or config.model == "hgb" or not test.label.any():
+        return config.interaction_c or INTERACTION_GRID[1], {}
+    losses = {}
+    for c in INTERACTION_GRID:
+        p = _sigmoid(fit_purchase(train, layout, config, c).logit(test, layout))
+        losses[f"{c:g}"] = float(log_loss(test.label, p, sample_weight=test.weight, labels=[0, 1]))
+    best = min(INTERACTION_GRID, key=lambda c: losses[f"{c:g}"])
+    return best, losses
+
+
 def _purchase_stage(
     arr: LogArrays, config: SimFitConfig, layout: DesignLayout
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -676,9 +716,12 @@ def _purchase_stage(
     train, test = panel.take(panel.day < split), panel.take(panel.day >= split)
     if not train.label.any():
         raise LogError(f"no purchases before day {split}: the logs are too short to fit a purchase model")
-    model = fit_purchase(train, layout, config)
+    interaction_c, grid = _choose_interaction_c(train, test, layout, config)
+    model = fit_purchase(train, layout, config, interaction_c)
     report: dict[str, Any] = {
         "model": config.model,
+        "interaction_c": interaction_c,
+        "interaction_grid_log_loss": grid,
         "panel_rows": len(panel),
         "panel_purchases": int(panel.label.sum()),
         "split_day": split,
@@ -699,7 +742,7 @@ def _purchase_stage(
     }
     report["shock_sd"] = shock
     if config.refit_on_all:
-        model = fit_purchase(panel, layout, config)
+        model = fit_purchase(panel, layout, config, interaction_c)
     tables = compile_purchase(model, layout)
     report["offer_logit_by_discount"] = offer_effect_summary(tables["offer"])
     return {**tables, "shock_sd": np.array(shock)}, report
@@ -708,6 +751,11 @@ def _purchase_stage(
 def fit_simulator(logs: Logs, config: SimFitConfig | None = None) -> FitResult:
     """Fit every mechanism from ``logs`` and compile them into :class:`SimParams`."""
     config = config or SimFitConfig()
+    with threadpool_limits(config.threads):
+        return _fit(logs, config)
+
+
+def _fit(logs: Logs, config: SimFitConfig) -> FitResult:
     started = time.perf_counter()
     arr = log_arrays(logs)
     promo = config.promo_days or infer_promo_days(arr)

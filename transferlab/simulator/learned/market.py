@@ -65,8 +65,8 @@ class SimParams:
     (the second index: without / with an active offer, whose effect depends on recency and frequency);
     ``age_coef`` (F,) on ``log(min(age, age_cap) + 30)`` (``age_cap``: the oldest age in the logs, so the
     simulator never extrapolates the logs' trend); ``weekday_coef`` (7,); ``competitor_coef`` (S,) on the
-    mean log competitor index; ``cover_coef`` (1,); ``fatigue_coef`` (3,) on pushes 7d, pushes 30d / 4
-    and pushes 7d while an offer is active; ``offer`` (S, A, promo_days) the offer's log-odds by
+    mean log competitor index; ``cover_coef`` (1,); ``fatigue_coef`` (2,) on pushes 7d and pushes 30d / 4
+    while an offer is active; ``offer`` (S, A, promo_days) the offer's log-odds by
     segment, catalog action and days since the push; ``shock_sd`` (1,) day-level demand shock.
 
     Orders: ``spend_mu`` (S,), ``spend_discount`` (1,), ``spend_sigma`` (1,) lognormal list value;
@@ -163,7 +163,7 @@ class SimParams:
             weekday_coef=np.zeros(7, dtype=np.float32),
             competitor_coef=np.zeros(S, dtype=np.float32),
             cover_coef=np.zeros(1),
-            fatigue_coef=np.zeros(3),
+            fatigue_coef=np.zeros(2),
             offer=offer,
             shock_sd=np.array(0.1),
             spend_mu=np.full(S, 3.2),
@@ -388,9 +388,7 @@ class SimMarket:
         fat = p.fatigue_coef.astype(np.float64)
         week, month = np.arange(8)[:, None], np.arange(31)[None, :]
         self._fatigue = (fat[0] * week + fat[1] / 4 * month).astype(np.float32).ravel()  # [week * 31 + month]
-        offer = np.repeat(p.offer[..., None], 8, axis=-1).astype(np.float64)  # (S, A, P, week)
-        offer[:, 1:] += fat[2] * np.arange(8)  # pushes in the last 7 days while an offer is active
-        self._offer = offer.astype(np.float32).ravel()
+        self._offer = p.offer.astype(np.float32).ravel()
         self._discount = np.array([a.discount for a in CATALOG])
         self._target = np.array([TARGETS.index(a.segment) - 1 for a in CATALOG])  # -1: all
         self._cap = np.array([a.reach_cap(float(p.push_cost)) if not a.is_noop else 0 for a in CATALOG])
@@ -423,7 +421,7 @@ class SimMarket:
         self.rng = np.random.default_rng(seed)
         pick = self.rng.integers(0, len(p.init_segment), (n_env, n))
         self.seg = p.init_segment[pick].astype(np.int32)
-        self._seg_offer = self.seg * np.int32(A * self.promo_days * 8)
+        self._seg_offer = self.seg * np.int32(A * self.promo_days)
         self.last = np.where(p.init_since[pick] >= NEVER, -NEVER, -p.init_since[pick]).astype(np.int32)
         self.orders = p.init_orders[pick].astype(np.int32)
         env_seg = self.seg + np.arange(n_env, dtype=np.int32)[:, None] * np.int32(S)
@@ -554,18 +552,18 @@ class SimMarket:
         since = self.day - self.last
         np.minimum(since, len(RECENCY_LUT) - 1, out=since)
         self._recency = RECENCY_LUT.take(since)
+        on = self.offer_action > 0
         index = self._recency * np.int32(F) + self._base_index
-        index += (self.offer_action > 0) * np.int32(R * F)
+        index += on * np.int32(R * F)
         logit = self._day_table().take(index)
         if not self._uniform_age:
             fb = self._frequency_bucket(self.orders)
             logit += (self.params.age_coef[fb] * self._log_age(self.age0)).astype(np.float32)
         week = np.bitwise_count(self.push_bits & WEEK_BITS)
         month = np.bitwise_count(self.push_bits)
-        logit += self._fatigue.take(week * np.uint8(31) + month)
-        offer = self._seg_offer + self.offer_action * np.int32(self.promo_days * 8)
-        offer += self.offer_age * np.int32(8)
-        offer += week
+        logit += self._fatigue.take(week * np.uint8(31) + month) * on
+        offer = self._seg_offer + self.offer_action * np.int32(self.promo_days)
+        offer += self.offer_age
         logit += self._offer.take(offer)
         return logit
 
