@@ -415,9 +415,13 @@ class DesignLayout:
     ``offer_recency`` / ``offer_frequency`` (one-hot: an offer moves rare buyers more, in log-odds,
     than regulars). The blocks in :data:`SHRUNK_BLOCKS` get a stronger L2 penalty (the logs hold few
     campaigns, so per-segment deviations are noisy).
+
+    ``pushes_cap`` caps the two push counts (the logs' largest, so the simulator never extrapolates
+    fatigue linearly beyond what the marketer ever did).
     """
 
     promo_days: int
+    pushes_cap: tuple[int, int] = (7, 30)
 
     @property
     def blocks(self) -> dict[str, int]:
@@ -490,7 +494,7 @@ def design_matrix(panel: Panel, layout: DesignLayout) -> sparse.csr_matrix:
     disc = np.where(active, panel.offer_discount, 0.0)
     cos_h, sin_h = hour_features(panel.offer_hour)
     on = active.astype(np.float64)
-    p7 = panel.pushes_7d.astype(np.float64)
+    p7 = np.minimum(panel.pushes_7d, layout.pushes_cap[0]).astype(np.float64)
     st = layout.start
     entries: list[tuple[np.ndarray, np.ndarray]] = [
         (st("segment") + seg, np.ones(n)),
@@ -499,7 +503,7 @@ def design_matrix(panel: Panel, layout: DesignLayout) -> sparse.csr_matrix:
         (st("weekday") + panel.weekday.astype(np.int64), np.ones(n)),
         (st("competitor") + seg, panel.log_competitor.astype(np.float64)),
         (np.full(n, st("fatigue")), p7 * on),
-        (np.full(n, st("fatigue") + 1), panel.pushes_30d / 4.0 * on),
+        (np.full(n, st("fatigue") + 1), np.minimum(panel.pushes_30d, layout.pushes_cap[1]) / 4.0 * on),
         (st("offer_age") + k, on),
         (np.full(n, st("offer_main")), disc),
         (np.full(n, st("offer_main") + 1), disc**2),

@@ -182,7 +182,45 @@ def fit_purchase(
     x = design_matrix(panel, layout) @ sparse.diags(scale)
     lr = LogisticRegression(C=config.l2_c, solver="newton-cholesky", max_iter=200, tol=1e-6)
     lr.fit(x, panel.label, sample_weight=panel.weight)
-    return PurchaseModel(lr.coef_[0] * scale, float(lr.intercept_[0]), {})
+    coef = fill_unsupported(lr.coef_[0] * scale, column_support(panel, layout), layout)
+    return PurchaseModel(coef, float(lr.intercept_[0]), {})
+
+
+def column_support(panel: Panel, layout: DesignLayout) -> np.ndarray:
+    """How many panel rows have each design column non-zero."""
+    x = design_matrix(panel, layout)
+    return np.bincount(x.indices, minlength=layout.n_columns)
+
+
+FILLED_BLOCKS = ("age", "weekday", "offer_age", "offer_recency", "offer_frequency")
+"""One-hot-like blocks whose unseen levels borrow the nearest seen level's coefficient."""
+
+
+def fill_unsupported(coef: np.ndarray, support: np.ndarray, layout: DesignLayout) -> np.ndarray:
+    """Give every level the logs never showed the coefficient of the nearest level they did.
+
+    Recency x frequency cells borrow from the nearest seen cell of the same frequency bucket (then
+    the nearest bucket), so a customer who drifts past the logs' longest recency keeps the last
+    estimate instead of an unfitted zero; likewise for the other one-hot blocks.
+    """
+    out = coef.copy()
+    st = layout.start("recency_frequency")
+    seen = support[st : st + R * F].reshape(R, F) > 0
+    if seen.any():
+        rs, fs = np.nonzero(seen)
+        cells = out[st : st + R * F].reshape(R, F).copy()
+        for r, f in zip(*np.nonzero(~seen), strict=True):
+            nearest = np.argmin(10 * np.abs(fs - f) + np.abs(rs - r))
+            cells[r, f] = cells[rs[nearest], fs[nearest]]
+        out[st : st + R * F] = cells.ravel()
+    for block in FILLED_BLOCKS:
+        lo, width = layout.start(block), layout.blocks[block]
+        levels = np.flatnonzero(support[lo : lo + width] > 0)
+        if len(levels) == 0:
+            continue
+        for j in np.flatnonzero(support[lo : lo + width] == 0):
+            out[lo + j] = out[lo + levels[np.argmin(np.abs(levels - j))]]
+    return out
 
 
 def _fit_hgb_distilled(panel: Panel, layout: DesignLayout, config: SimFitConfig) -> PurchaseModel:
@@ -298,6 +336,7 @@ def compile_purchase(model: PurchaseModel, layout: DesignLayout) -> dict[str, np
         "competitor_coef": per_seg("competitor").astype(np.float32),
         "cover_coef": np.zeros(1),  # stock cover is not in the purchase model (see DesignLayout)
         "fatigue_coef": w[st("fatigue") : st("fatigue") + 2].astype(np.float32),
+        "fatigue_cap": np.asarray(layout.pushes_cap),
         "offer": offer.astype(np.float32),
     }
 
@@ -310,12 +349,13 @@ def compiled_logit(tables: dict[str, np.ndarray], panel: Panel) -> np.ndarray:
     k = np.where(on, panel.offer_age, 0)
     action = np.where(on, panel.offer_action, 0)
     fat = tables["fatigue_coef"].astype(np.float64)
+    cap7, cap30 = tables["fatigue_cap"]
     return (
         tables["base"][panel.segment, on.astype(np.int64), rb, fb]
         + tables["age_coef"][fb] * np.log(panel.age + 30.0)
         + tables["weekday_coef"][panel.weekday]
         + tables["competitor_coef"][panel.segment] * panel.log_competitor
-        + (fat[0] * panel.pushes_7d + fat[1] * panel.pushes_30d / 4) * on
+        + (fat[0] * np.minimum(panel.pushes_7d, cap7) + fat[1] * np.minimum(panel.pushes_30d, cap30) / 4) * on
         + tables["offer"][panel.segment, action, k]
     )
 
@@ -528,7 +568,7 @@ def fit_returns(
         [settled["discount"], settled["late"].astype(float), np.eye(S)[settled["segment"].to_numpy()]]
     )
     if y.all() or not y.any():
-        rate = float(np.clip(y.mean(), 1e-4, 1 - 1e-4))
+        rate = float(np.clip(y.mean() if len(y) else 0.0, 1e-4, 1 - 1e-4))  # no delivered orders: none back
         coef = np.concatenate([[math.log(rate / (1 - rate))], np.zeros(2 + S)])
     else:
         lr = LogisticRegression(C=config.l2_c, max_iter=1000).fit(x, y)
@@ -707,11 +747,14 @@ def _choose_interaction_c(
 
 
 def _purchase_stage(
-    arr: LogArrays, config: SimFitConfig, layout: DesignLayout
+    arr: LogArrays, config: SimFitConfig, promo_days: int
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Fit, check on the held-out tail, estimate the shock, refit, compile."""
     rng = np.random.default_rng(config.seed)
-    panel = build_panel(arr, layout.promo_days, config.negative_rate, rng, config.chunk_customers)
+    panel = build_panel(arr, promo_days, config.negative_rate, rng, config.chunk_customers)
+    on = panel.offer_age >= 0
+    caps = (int(panel.pushes_7d[on].max(initial=1)), int(panel.pushes_30d[on].max(initial=1)))
+    layout = DesignLayout(promo_days, pushes_cap=caps)
     split = log_tail_days(arr.n_days, config.validation_fraction)
     train, test = panel.take(panel.day < split), panel.take(panel.day >= split)
     if not train.label.any():
@@ -761,8 +804,7 @@ def _fit(logs: Logs, config: SimFitConfig) -> FitResult:
     promo = config.promo_days or infer_promo_days(arr)
     maturity = config.maturity_days or infer_maturity_days(arr)
     push_cost = estimate_push_cost(arr)
-    layout = DesignLayout(promo)
-    purchase, purchase_report = _purchase_stage(arr, config, layout)
+    purchase, purchase_report = _purchase_stage(arr, config, promo)
     orders = match_orders(arr)
     split = log_tail_days(arr.n_days, config.validation_fraction)
     spend, spend_report = fit_spend(orders, split)

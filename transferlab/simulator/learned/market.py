@@ -66,8 +66,9 @@ class SimParams:
     ``age_coef`` (F,) on ``log(min(age, age_cap) + 30)`` (``age_cap``: the oldest age in the logs, so the
     simulator never extrapolates the logs' trend); ``weekday_coef`` (7,); ``competitor_coef`` (S,) on the
     mean log competitor index; ``cover_coef`` (1,); ``fatigue_coef`` (2,) on pushes 7d and pushes 30d / 4
-    while an offer is active; ``offer`` (S, A, promo_days) the offer's log-odds by
-    segment, catalog action and days since the push; ``shock_sd`` (1,) day-level demand shock.
+    while an offer is active, each count capped at ``fatigue_cap`` (2,); ``offer`` (S, A, promo_days)
+    the offer's log-odds by segment, catalog action and days since the push; ``shock_sd`` (1,)
+    day-level demand shock.
 
     Orders: ``spend_mu`` (S,), ``spend_discount`` (1,), ``spend_sigma`` (1,) lognormal list value;
     ``category_cdf`` (S, K); ``cost_ratio`` (K,) cost of goods / list value; ``return_recovery`` (K,)
@@ -96,6 +97,7 @@ class SimParams:
     competitor_coef: np.ndarray
     cover_coef: np.ndarray
     fatigue_coef: np.ndarray
+    fatigue_cap: np.ndarray
     offer: np.ndarray
     shock_sd: np.ndarray
     spend_mu: np.ndarray
@@ -164,6 +166,7 @@ class SimParams:
             competitor_coef=np.zeros(S, dtype=np.float32),
             cover_coef=np.zeros(1),
             fatigue_coef=np.zeros(2),
+            fatigue_cap=np.array([7, 30]),
             offer=offer,
             shock_sd=np.array(0.1),
             spend_mu=np.full(S, 3.2),
@@ -386,7 +389,8 @@ class SimMarket:
         p = self.params
         self.promo_days = p.n_promo_days
         fat = p.fatigue_coef.astype(np.float64)
-        week, month = np.arange(8)[:, None], np.arange(31)[None, :]
+        cap7, cap30 = (int(c) for c in p.fatigue_cap)
+        week, month = np.minimum(np.arange(8), cap7)[:, None], np.minimum(np.arange(31), cap30)[None, :]
         self._fatigue = (fat[0] * week + fat[1] / 4 * month).astype(np.float32).ravel()  # [week * 31 + month]
         self._offer = p.offer.astype(np.float32).ravel()
         self._discount = np.array([a.discount for a in CATALOG])
