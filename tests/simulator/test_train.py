@@ -190,7 +190,7 @@ def test_train_in_simulator_writes_the_run_and_the_table(tiny_logs: object, tmp_
         logger=logger,
         progress=lambda message, fraction: messages.append(message),
     )
-    assert [r.policy for r in result.values] == ["trained", "trained_greedy", "marketer", "no_campaign"]
+    assert [r.policy for r in result.values] == ["trained", "trained_sampled", "marketer", "no_campaign"]
     nothing = result.value("no_campaign")
     # the simulator is the world here: doing nothing on the same seeds gives the same returns
     np.testing.assert_allclose(nothing.sim_returns, nothing.world_returns)
@@ -238,7 +238,7 @@ def test_sim_train_command_end_to_end(tiny_logs: object, tmp_path: Path) -> None
     res = CliRunner().invoke(app, [*args, "--run-dir", str(run_dir), "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert set(summary["values"]) == {"trained", "trained_greedy", "marketer", "no_campaign"}
+    assert set(summary["values"]) == {"trained", "trained_sampled", "marketer", "no_campaign"}
     assert summary["episodes"] == 8 and summary["run_dir"] == str(run_dir)
     for name in ("config.json", "meta.json", "metrics.parquet", "policy.pt", "result.json", "report.md"):
         assert (run_dir / name).exists(), name
