@@ -116,3 +116,25 @@ def test_bad_world_config_is_rejected_before_anything_runs() -> None:
         WorldConfig.build(n_customers=0)
     with pytest.raises(ConfigError, match="push_cost"):
         WorldConfig.build(push_cost=-1.0)
+
+
+def test_a_fork_keeps_the_past_and_pending_events_and_has_its_own_future() -> None:
+    world = run(
+        MarketWorld(WorldConfig(n_customers=1500, seed=8)), 20, CampaignAction(0.3, 20, "all", 60.0), 3
+    )
+    pending = len(world._pending)
+    a, b, c = world.fork(seed=1), world.fork(seed=1), world.fork(seed=2)
+    assert len(a._pending) == pending > 0
+    assert (
+        a.daily_frame().equals(world.daily_frame()) and a.campaigns[0].outcome == world.campaigns[0].outcome
+    )
+    for w in (a, b, c):
+        w.advance(30)
+    assert a.daily_frame().equals(b.daily_frame())  # same seed, same future
+    assert not a.daily_frame().equals(c.daily_frame())
+    assert a.campaigns[-1].matured  # maturity events scheduled before the fork fired after it
+    assert world.day == 20 and not world.campaigns[-1].matured  # the original did not move
+    assert a.daily_frame()["returns"].iloc[20:].sum() > 0
+    world.env.run(until=20.5)
+    with pytest.raises(RuntimeError, match="day boundary"):
+        world.fork(seed=3)

@@ -224,6 +224,82 @@ def _fraction_progress(quiet: bool) -> Iterator[Callable[[str, float], None]]:
         yield lambda message, fraction: bar.update(task, description=message, completed=fraction)
 
 
+# ------------------------------------------------------------------------------------ cdnow-forecast
+
+
+@app.command("cdnow-forecast")
+def cdnow_forecast_command(
+    file: Annotated[Path, typer.Argument(help="CDNOW transactions: 4 or 5 whitespace-separated columns.")],
+    calibration_end: Annotated[
+        str, typer.Option("--calibration-end", help="Last day of the calibration period (YYYY-MM-DD).")
+    ] = "1997-09-30",
+    holdout_end: Annotated[
+        str, typer.Option("--holdout-end", help="Last day of the holdout period (YYYY-MM-DD).")
+    ] = "1998-06-30",
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Write a PNG of the cumulative holdout curve.", show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Fit our purchase model and BG/NBD on the calibration period; forecast each customer's holdout."""
+    import json
+    from datetime import date
+
+    from transferlab.simulator.realdata.cdnow import (
+        CdnowError,
+        forecast,
+        load_transactions,
+        plot_curve,
+        summarise,
+    )
+
+    def parse_day(flag: str, text: str) -> date:
+        try:
+            return date.fromisoformat(text)
+        except ValueError:
+            fail(f"{flag} {text!r} is not a date; write it as YYYY-MM-DD, e.g. 1997-09-30")
+
+    cal, hold = parse_day("--calibration-end", calibration_end), parse_day("--holdout-end", holdout_end)
+    try:
+        report = forecast(summarise(load_transactions(file), cal, hold))
+    except CdnowError as exc:
+        fail(str(exc))
+    summary = {"file": str(file), **report.to_dict()}
+    if plot is not None:
+        plot_curve(report, plot)
+        summary["plot"] = str(plot)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        _print_cdnow_table(summary)
+
+
+def _print_cdnow_table(summary: dict[str, object]) -> None:
+    """Both models' holdout figures side by side as a rich table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    ours, base = summary["model"], summary["bgnbd"]
+    assert isinstance(ours, dict) and isinstance(base, dict)
+    title = (
+        f"{summary['customers']} customers; calibration to {summary['calibration_end']}, "
+        f"holdout to {summary['holdout_end']}: {summary['holdout_actual_repeat']} actual repeat purchases"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("figure")
+    table.add_column(f"ours ({ours['name']})", justify="right")
+    table.add_column("BG/NBD", justify="right")
+    table.add_row("holdout predicted repeat", *(f"{m['holdout_predicted_repeat']:.1f}" for m in (ours, base)))
+    table.add_row("relative error", *(f"{m['relative_error']:.4f}" for m in (ours, base)))
+    table.add_row("per-customer MAE", *(f"{m['per_customer_mae']:.4f}" for m in (ours, base)))
+    table.add_row("log-likelihood (calibration)", *(f"{m['log_likelihood']:.2f}" for m in (ours, base)))
+    table.add_row(
+        "parameters", *(", ".join(f"{k}={v:.4g}" for k, v in m["params"].items()) for m in (ours, base))
+    )
+    Console().print(table)
+
+
 # ------------------------------------------------------------------------------------------- obd-ctr
 
 
@@ -295,3 +371,52 @@ def _print_obd_table(summary: dict[str, object]) -> None:
     diff = f"{summary['log_loss_diff']:+.5f}"
     table.add_row("log loss, ours minus baseline", diff, ci("log_loss_diff_ci", 5))
     Console().print(table)
+
+
+# ------------------------------------------------------------------------------------------ fidelity
+
+
+@app.command("fidelity")
+def fidelity_command(
+    simulator: Annotated[Path, typer.Option("--simulator", help="A directory written by `sim fit`.")],
+    logs: Annotated[Path, typer.Option("--logs", help="The log directory the simulator was fitted on.")],
+    out: Annotated[
+        Path, typer.Option("--out", help="New directory for the report and calibrated simulator.")
+    ],
+    episodes: Annotated[int, typer.Option("--episodes", min=2, help="Evaluation episodes per policy.")] = 16,
+    deploy_episodes: Annotated[
+        int,
+        typer.Option("--deploy-episodes", min=1, help="World episodes per policy whose results calibrate."),
+    ] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of every evaluation and deployment.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Rank a policy panel in the learned simulator and in the world, calibrate, and compare again."""
+    import json
+
+    from transferlab.simulator.fidelity_report import run_fidelity
+    from transferlab.simulator.learned import LearnedSimulator, SimulatorError
+    from transferlab.simulator.logs import LogError, read_logs
+
+    if out.exists() and any(out.iterdir()):
+        fail(f"{out} already exists and is not empty: choose a new --out or remove it")
+    try:
+        sim = LearnedSimulator.load(simulator)
+        log_tables = read_logs(logs)
+    except (SimulatorError, LogError) as exc:
+        fail(str(exc))
+    say = (lambda _m: None) if as_json else (lambda m: print(f"... {m}", file=sys.stderr))
+    summary = run_fidelity(
+        sim, log_tables, out, episodes=episodes, deploy_episodes=deploy_episodes, seed=seed, progress=say
+    )
+    if as_json:
+        print(json.dumps(summary))
+        return
+    for when in ("before", "after"):
+        s = summary[when]
+        print(
+            f"{when:>6} calibration: Kendall tau {s['kendall_tau']:+.3f} (p={s['kendall_p']:.3f}), "
+            f"median |error| orders {s['median_abs_rel_error']['orders']:.1%}, "
+            f"profit {s['median_abs_rel_error']['profit']:.1%}"
+        )
+    print(f"report: {out / 'report.md'}")

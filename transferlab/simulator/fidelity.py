@@ -26,7 +26,13 @@ import pandas as pd
 from scipy import stats
 
 from transferlab.platform.stats import Interval, bootstrap_ci
-from transferlab.simulator.envs.campaign import BatchMarket, EpisodeConfig, RewardConfig, run_policy
+from transferlab.simulator.envs.campaign import (
+    BatchMarket,
+    EpisodeConfig,
+    RewardConfig,
+    WorldMarket,
+    run_policy,
+)
 from transferlab.simulator.market import CATALOG, DAY_KEYS
 from transferlab.simulator.policies import Policy, Schedule, policy_panel
 
@@ -80,14 +86,30 @@ def evaluate_panel(
     episode: EpisodeConfig | None = None,
     reward: RewardConfig | None = None,
 ) -> PanelResult:
-    """Run every policy for ``episodes`` episodes (one batched market each) in the factory's markets."""
+    """Run every policy for ``episodes`` episodes (one batched market each) in the factory's markets.
+
+    Every policy gets the same market seeds (common random numbers: the same starting markets and,
+    until the actions differ, the same draws), which sharpens the comparison between policies.
+    """
     values, outcomes, daily = {}, {}, {}
-    for i, (name, policy) in enumerate(panel.items()):
-        res = run_policy(factory(episodes, seed + 7919 * i), policy, episode, reward, seed=seed + i)
+    for name, policy in panel.items():
+        res = run_policy(factory(episodes, seed), policy, episode, reward, seed=seed)
         values[name] = bootstrap_ci(res["return"], seed=seed)
         outcomes[name] = res["outcome"].mean(axis=0)
         daily[name] = res["daily"].reshape(-1, len(DAY_KEYS))
     return PanelResult(values, outcomes, daily)
+
+
+def world_factory(manifest: Mapping[str, Any]) -> MarketFactory:
+    """Markets of the world that made a log directory, continuing after its history (built once)."""
+    cache: dict[int, WorldMarket] = {}
+
+    def make(n_envs: int, seed: int) -> BatchMarket:
+        if n_envs not in cache:
+            cache[n_envs] = WorldMarket.from_manifest(dict(manifest), n_envs=n_envs, seed=seed)
+        return cache[n_envs]
+
+    return make
 
 
 def logged_share(policy: Policy, action_counts: np.ndarray) -> float | None:

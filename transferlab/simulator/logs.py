@@ -94,11 +94,22 @@ def run_behaviour_policy(
     """Run the world for ``spec.days`` under the marketer; returns the world and the decision rows."""
     world_cfg = spec.world or WorldConfig()
     world = MarketWorld(world_cfg)
-    policy = MarketerPolicy(epsilon=spec.epsilon)
-    rng = np.random.default_rng([world_cfg.seed, 1])
+    rows = drive_with_marketer(world, spec.days, spec.epsilon, progress)
+    return world, rows
+
+
+def drive_with_marketer(
+    world: MarketWorld,
+    days: int,
+    epsilon: float = 0.1,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``world`` ``days`` days under the marketer (seeded by the world's seed); the decision rows."""
+    policy = MarketerPolicy(epsilon=epsilon)
+    rng = np.random.default_rng([world.config.seed, 1])
     rows: list[dict[str, Any]] = []
     weekly_gmv: list[float] = []
-    for day in range(spec.days):
+    for day in range(days):
         state = world.observe()
         baseline = float(np.mean(weekly_gmv[-56:])) if len(weekly_gmv) >= 7 else 0.0
         index, action, propensity = policy.act(state, baseline, rng)
@@ -111,8 +122,8 @@ def run_behaviour_policy(
         row.update({f"day_{k}": v for k, v in report.as_dict().items() if k != "day"})
         rows.append(row)
         if progress is not None:
-            progress(day + 1, spec.days)
-    return world, rows
+            progress(day + 1, days)
+    return rows
 
 
 def _outcome_columns(world: MarketWorld, rows: list[dict[str, Any]]) -> None:

@@ -25,6 +25,7 @@ replenishment lead times, late deliveries and complaints; returns 7-21 days afte
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -201,7 +202,8 @@ class MarketWorld:
         self.truth: list[dict[str, Any]] = []  # hidden causes (competitor cuts, stock-outs), for analysis
         self.history: list[DayReport] = []
         self._today = DayReport(day=0)
-        self._order_campaign: dict[int, int] = {}
+        self._pending: dict[int, tuple[float, str, tuple[Any, ...]]] = {}
+        self._seq = 0
         self.env.process(self._clock())
 
     # ------------------------------------------------------------------ public API
@@ -218,7 +220,7 @@ class MarketWorld:
         cid = len(self.campaigns)
         record = CampaignRecord(cid, self.day, action, self.observe(), targeted=np.empty(0, dtype=np.int64))
         self.campaigns.append(record)
-        self._at(self.day + action.push_hour / 24, self._push, record)
+        self._at(self.day + action.push_hour / 24, self._push, cid)
         return cid
 
     def advance(self, days: int = 1) -> DayReport:
@@ -307,13 +309,55 @@ class MarketWorld:
     # ------------------------------------------------------------------ calendar
 
     def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
-        """Call ``fn(*args)`` at time ``t`` on the event calendar."""
+        """Call the method ``fn(*args)`` at time ``t`` on the event calendar.
 
-        def proc() -> Generator[simpy.Event, Any, None]:
-            yield self.env.timeout(max(0.0, t - self.env.now))
-            fn(*args)
+        The call is also kept as data in ``_pending`` (method name and arguments) until it fires, so
+        :meth:`fork` can put the same future events on a copy's calendar.
+        """
+        key = self._seq
+        self._seq += 1
+        self._pending[key] = (t, fn.__name__, args)
+        event = self.env.timeout(max(0.0, t - self.env.now))
+        event.callbacks.append(lambda _event: self._fire(key))
 
-        self.env.process(proc())
+    def _fire(self, key: int) -> None:
+        _, name, args = self._pending.pop(key)
+        getattr(self, name)(*args)
+
+    def fork(self, seed: int) -> MarketWorld:
+        """An independent copy of this world, from now on with its own random stream ``seed``.
+
+        Same customers, stock, campaigns, history and pending events (deliveries, returns,
+        maturities, replenishments); a different future. Only at a day boundary (after ``advance``).
+        """
+        if abs(self.env.now - round(self.env.now)) > 1e-9:
+            raise RuntimeError(f"fork at a day boundary (after advance), not at t={self.env.now}")
+        new = object.__new__(MarketWorld)
+        new.config = self.config.model_copy(update={"seed": seed})
+        new.prior = self.prior
+        new.rng = np.random.default_rng(seed)
+        new.env = simpy.Environment(initial_time=self.env.now)
+        new.customers = copy.deepcopy(self.customers)
+        for name in (
+            "competitor",
+            "competitor_cut_left",
+            "trend",
+            "expected_daily_demand",
+            "stock",
+            "on_order",
+        ):
+            setattr(new, name, getattr(self, name).copy())
+        new.campaigns = copy.deepcopy(self.campaigns)
+        new.events = _EventLog()
+        new.events._batches = list(self.events._batches)
+        new.truth = copy.deepcopy(self.truth)
+        new.history = copy.deepcopy(self.history)
+        new._today = new.history[-1] if new.history else DayReport(day=0)
+        new._pending, new._seq = {}, 0
+        for _, (t, name, args) in sorted(self._pending.items()):
+            new._at(t, getattr(new, name), *copy.deepcopy(args))
+        new.env.process(new._clock())
+        return new
 
     def _clock(self) -> Generator[simpy.Event, Any, None]:
         while True:
@@ -354,7 +398,8 @@ class MarketWorld:
 
     # ------------------------------------------------------------------ pushes
 
-    def _push(self, record: CampaignRecord) -> None:
+    def _push(self, campaign_id: int) -> None:
+        record = self.campaigns[campaign_id]
         c, cfg, a, rng = self.customers, self.config, record.action, self.rng
         eligible = c.subscribed.copy()
         if a.segment != "all":
@@ -396,11 +441,13 @@ class MarketWorld:
         self._schedule_maturity(record)
 
     def _schedule_maturity(self, record: CampaignRecord) -> None:
-        self._at(record.day + self.config.maturity_days + DAY_CLOSE + 1e-6, self._mature, record)
+        cid = record.campaign_id
+        self._at(record.day + self.config.maturity_days + DAY_CLOSE + 1e-6, self._mature, cid)
         for h in RETENTION_HORIZONS:
-            self._at(record.day + h + DAY_CLOSE + 1e-6, self._retention, record, h)
+            self._at(record.day + h + DAY_CLOSE + 1e-6, self._retention, cid, h)
 
-    def _mature(self, record: CampaignRecord) -> None:
+    def _mature(self, campaign_id: int) -> None:
+        record = self.campaigns[campaign_id]
         o = record.outcome
         o["satisfaction"] = campaign_satisfaction(
             o["orders"], o["complaints"], o["returns"], o["late_deliveries"]
@@ -408,7 +455,8 @@ class MarketWorld:
         record.matured, record.matured_day = True, self.day
         self._today.matured_campaigns.append(record.campaign_id)
 
-    def _retention(self, record: CampaignRecord, horizon: int) -> None:
+    def _retention(self, campaign_id: int, horizon: int) -> None:
+        record = self.campaigns[campaign_id]
         if len(record.targeted):
             bought = self.customers.last_purchase[record.targeted] >= record.day  # purchases close the day
             record.outcome[f"retention_{horizon}"] = float(bought.mean())

@@ -115,19 +115,60 @@ class EpisodeConfig(BaseConfig):
 
 
 class WorldMarket:
-    """The ground-truth world as a :class:`BatchMarket`: ``n_envs`` independent ``MarketWorld``s."""
+    """The ground-truth world as a :class:`BatchMarket`: ``n_envs`` independent ``MarketWorld``s.
 
-    def __init__(self, config: WorldConfig, n_envs: int = 1, prior: CustomerPrior | None = None) -> None:
+    With ``history_days`` the world (seed ``config.seed``) first lives that many days under the
+    marketer who made the logs, and every reset forks that same present into ``n_envs`` futures
+    (``MarketWorld.fork``), so episodes start where the logs end — what a simulator fitted on those
+    logs continues from — rather than in a brand-new shop. :meth:`from_manifest` rebuilds exactly the
+    logged history from a log directory's manifest (same world seed, same marketer).
+    """
+
+    def __init__(
+        self,
+        config: WorldConfig,
+        n_envs: int = 1,
+        prior: CustomerPrior | None = None,
+        history_days: int = 0,
+        history_epsilon: float = 0.1,
+        seed: int | None = None,
+    ) -> None:
         self.config, self.n_envs, self.prior = config, n_envs, prior
+        self.history_days, self.history_epsilon = history_days, history_epsilon
         self.worlds: list[MarketWorld] = []
-        self.reset(config.seed)
+        self._present: MarketWorld | None = None
+        self.reset(seed)
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any], n_envs: int = 1, seed: int = 0) -> WorldMarket:
+        """The world of a log directory (``Logs.manifest``), continuing after its logged history;
+        ``seed`` only picks the futures."""
+        try:
+            config = WorldConfig.build(**manifest["world"])
+            days, epsilon = int(manifest["days"]), float(manifest["epsilon"])
+        except KeyError as exc:
+            raise ValueError(f"log manifest is missing {exc.args[0]!r}: regenerate the logs") from exc
+        return cls(config, n_envs, history_days=days, history_epsilon=epsilon, seed=seed)
+
+    def present(self) -> MarketWorld:
+        """The world after its history (built once, then only forked)."""
+        from transferlab.simulator.logs import drive_with_marketer
+
+        if self._present is None:
+            self._present = MarketWorld(self.config, self.prior)
+            drive_with_marketer(self._present, self.history_days, self.history_epsilon)
+        return self._present
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         base = self.config.seed if seed is None else seed
-        self.worlds = [
-            MarketWorld(self.config.model_copy(update={"seed": base * 1000 + i}), self.prior)
-            for i in range(self.n_envs)
-        ]
+        if self.history_days:
+            present = self.present()
+            self.worlds = [present.fork(seed=base * 1000 + i + 1) for i in range(self.n_envs)]
+        else:
+            self.worlds = [
+                MarketWorld(self.config.model_copy(update={"seed": base * 1000 + i}), self.prior)
+                for i in range(self.n_envs)
+            ]
         return self.observe()
 
     def step(self, actions: np.ndarray) -> np.ndarray:

@@ -1,0 +1,122 @@
+"""Calibration: shifts by hand, a damped simulator corrected toward the world, and the report command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from transferlab.platform.cli import app
+from transferlab.simulator.calibration import (
+    CalibrationError,
+    calibrate,
+    deployment_outcomes,
+    offer_shifts,
+    predict_single_campaigns,
+)
+from transferlab.simulator.envs.campaign import EpisodeConfig
+from transferlab.simulator.learned import LearnedSimulator
+from transferlab.simulator.logs import Logs, LogSpec, generate_logs, write_logs
+from transferlab.simulator.market import CATALOG, CampaignAction, catalog_index
+from transferlab.simulator.policies import Schedule
+from transferlab.simulator.world_config import WorldConfig
+
+SHORT = EpisodeConfig.build(horizon=14, warmup_days=3, settle_days=7)
+ACTION = catalog_index(CampaignAction(0.1, 20, "bargain", 20.0))
+
+
+@pytest.fixture(scope="module")
+def logs() -> Logs:
+    return generate_logs(LogSpec(days=120, world=WorldConfig(n_customers=600, seed=11)))
+
+
+@pytest.fixture(scope="module")
+def sim(logs: Logs) -> LearnedSimulator:
+    return LearnedSimulator.fit(logs)
+
+
+def test_shifts_by_hand_and_pooling_by_discount() -> None:
+    other = catalog_index(CampaignAction(0.1, 9, "loyal", 60.0))  # same discount, no outcomes
+    deep = catalog_index(CampaignAction(0.3, 9, "loyal", 60.0))
+    obs = pd.DataFrame({"action_index": [ACTION] * 3, "orders": [10.0, 12.0, 14.0]})
+    pred = pd.DataFrame({"action_index": [ACTION] * 2, "orders": [5.0, 7.0]})
+    shifts = offer_shifts(obs, pred, shrinkage=1.0)
+    # n=3: 3/4 * log((36 + 1) / (6 * 3 + 1))
+    assert shifts[ACTION] == pytest.approx(0.75 * np.log(37 / 19))
+    assert shifts[other] == pytest.approx(shifts[ACTION] * 1 / 2)  # pooled over 1 action, shrunk by 1/(1+1)
+    assert shifts[deep] == 0.0 and shifts[0] == 0.0
+
+
+def test_bad_outcomes_are_named() -> None:
+    with pytest.raises(CalibrationError, match="no outcomes"):
+        offer_shifts(pd.DataFrame(columns=["action_index", "orders"]), pd.DataFrame())
+    with pytest.raises(CalibrationError, match=r"missing column\(s\) \['orders'\]"):
+        offer_shifts(pd.DataFrame({"action_index": [1]}), pd.DataFrame())
+    with pytest.raises(CalibrationError, match=r"outside 1\.\.150"):
+        offer_shifts(pd.DataFrame({"action_index": [0], "orders": [1.0]}), pd.DataFrame())
+    with pytest.raises(CalibrationError, match="missing or negative orders"):
+        offer_shifts(pd.DataFrame({"action_index": [3], "orders": [np.nan]}), pd.DataFrame())
+
+
+def test_a_damped_simulator_is_pulled_back_toward_what_campaigns_really_sold(sim: LearnedSimulator) -> None:
+    from dataclasses import replace
+
+    damped = LearnedSimulator(sim.config, replace(sim.params, offer=sim.params.offer - 1.5), sim.report)
+    truth = predict_single_campaigns(sim, np.array([ACTION]), n_envs=64, seed=3)  # stands in for the world
+    before = predict_single_campaigns(damped, np.array([ACTION]), n_envs=64, seed=3)["orders"].mean()
+    fixed = calibrate(damped, truth, shrinkage=1.0, seed=3)
+    after = predict_single_campaigns(fixed, np.array([ACTION]), n_envs=64, seed=3)["orders"].mean()
+    target = truth["orders"].mean()
+    assert abs(after - target) < 0.5 * abs(before - target)
+    assert np.array_equal(damped.params.offer, sim.params.offer - 1.5)  # the input is untouched
+    assert fixed.report["calibration"][-1]["campaigns"] == 64
+
+
+def test_deployment_pairs_world_results_with_the_simulator_s_predictions(
+    sim: LearnedSimulator, logs: Logs
+) -> None:
+    panel = {"weekly": Schedule(7, CATALOG[ACTION], horizon=14)}
+    observed, predicted = deployment_outcomes(sim, logs.manifest, panel, episodes=3, seed=0, episode=SHORT)
+    assert set(observed["action_index"]) == {ACTION} == set(predicted["action_index"])
+    assert len(observed) == 6  # 2 campaigns (days 0 and 7) x 3 episodes, offer windows closed
+    assert (observed["orders"] >= 0).all()
+
+
+@pytest.mark.slow
+def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator, tmp_path: Path) -> None:
+    write_logs(logs, tmp_path / "logs")
+    sim.save(tmp_path / "sim")
+    out = tmp_path / "fid"
+    args = [
+        "sim",
+        "fidelity",
+        "--simulator",
+        str(tmp_path / "sim"),
+        "--logs",
+        str(tmp_path / "logs"),
+        "--out",
+        str(out),
+        "--episodes",
+        "3",
+        "--deploy-episodes",
+        "2",
+        "--json",
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["before"]["policies"] == 12 and "kendall_tau" in summary["after"]
+    for name in (
+        "report.md",
+        "report.html",
+        "figures/sim_vs_world.png",
+        "fidelity.json",
+        "calibrated_sim/params.npz",
+    ):
+        assert (out / name).is_file(), name
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "not empty" in again.stderr

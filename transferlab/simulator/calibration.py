@@ -1,0 +1,180 @@
+"""Calibrate a learned simulator with outcomes that came back from the world (seed 000's
+``simulator.calibrate(real_performance)``).
+
+The learned simulator's weakest part is what the logs show least: the response to campaigns the
+marketer rarely ran. When campaigns are actually run (in the world here; through the review flow
+later) their matured results come back. :func:`calibrate` compares, per catalog action, the orders
+the campaigns really brought with what the simulator predicted for them, and shifts that action's
+offer log-odds by the shrunken log-ratio::
+
+    delta_a = n_a / (n_a + shrinkage) * log((observed_a + 1) / (predicted_a + 1))
+
+where ``observed_a`` / ``predicted_a`` are summed over the ``n_a`` campaigns of action ``a``. Actions
+with no new outcomes borrow the pooled shift of the observed actions with the same discount, shrunk
+again. The result is a new simulator (the old one is untouched); its report records every shift.
+
+>>> import pandas as pd
+>>> obs = pd.DataFrame({"action_index": [5, 5], "orders": [30.0, 34.0]})
+>>> pred = pd.DataFrame({"action_index": [5, 5], "orders": [15.0, 17.0]})
+>>> round(float(offer_shifts(obs, pred, shrinkage=2.0)[5]), 4)  # 2/4 * log(65/33)
+0.339
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from transferlab.simulator.envs.campaign import EpisodeConfig, WorldMarket, run_policy
+from transferlab.simulator.learned import LearnedSimulator
+from transferlab.simulator.market import CATALOG
+from transferlab.simulator.policies import Policy
+
+
+class CalibrationError(ValueError):
+    """The outcomes given to :func:`calibrate` cannot be used; the message says why and what to fix."""
+
+
+def _per_action(df: pd.DataFrame, what: str) -> pd.DataFrame:
+    missing = [c for c in ("action_index", "orders") if c not in df.columns]
+    if missing:
+        raise CalibrationError(f"{what} outcomes are missing column(s) {missing}: need action_index, orders")
+    bad = df[(df["action_index"] < 1) | (df["action_index"] >= len(CATALOG))]
+    if len(bad):
+        raise CalibrationError(
+            f"{what} outcomes have action_index values {sorted(set(bad['action_index']))[:5]} outside "
+            f"1..{len(CATALOG) - 1} (campaigns only; 0 is no campaign)"
+        )
+    if df["orders"].isna().any() or (df["orders"] < 0).any():
+        raise CalibrationError(f"{what} outcomes have missing or negative orders: drop unmatured rows first")
+    return df.groupby("action_index")["orders"].agg(["sum", "count", "mean"])
+
+
+def offer_shifts(observed: pd.DataFrame, predicted: pd.DataFrame, shrinkage: float = 5.0) -> np.ndarray:
+    """Log-odds shift per catalog action (len(CATALOG),), from observed vs predicted campaign orders."""
+    if observed.empty:
+        raise CalibrationError("no outcomes to calibrate with: give at least one matured campaign")
+    obs, pred = _per_action(observed, "observed"), _per_action(predicted, "predicted")
+    shifts = np.zeros(len(CATALOG))
+    known = np.zeros(len(CATALOG), dtype=bool)
+    for key, row in obs.iterrows():
+        a = int(str(key))
+        if a not in pred.index:
+            raise CalibrationError(f"no prediction for action {a} ({CATALOG[a]}): predict it first")
+        n = float(row["count"])
+        predicted_sum = float(pred["mean"][a]) * n
+        shifts[a] = n / (n + shrinkage) * np.log((float(row["sum"]) + 1.0) / (predicted_sum + 1.0))
+        known[a] = True
+    discounts = np.array([a.discount for a in CATALOG])
+    for d in np.unique(discounts[known]):
+        same = (discounts == d) & known
+        pooled = float(shifts[same].mean()) * same.sum() / (same.sum() + shrinkage)
+        shifts[(discounts == d) & ~known & (np.arange(len(CATALOG)) > 0)] = pooled
+    return shifts
+
+
+def predict_single_campaigns(
+    sim: LearnedSimulator, actions: np.ndarray, *, n_envs: int = 32, n_customers: int = 1000, seed: int = 0
+) -> pd.DataFrame:
+    """The simulator's orders for each action launched once into a fresh market (after a quiet week)."""
+    rows = []
+    for i, a in enumerate(np.unique(actions)):
+        market = sim.market(n_envs=n_envs, n_customers=n_customers, seed=seed + i)
+        market.reset(seed + i)
+        noop = np.zeros(n_envs, dtype=np.int64)
+        for _ in range(7):
+            market.step(noop)
+        market.step(np.full(n_envs, int(a)))
+        for _ in range(int(sim.params.promo_days) + 1):
+            market.step(noop)
+        frame = market.campaign_outcomes().frame()
+        rows.append(frame[["action_index", "orders"]])
+    return pd.concat(rows, ignore_index=True)
+
+
+def calibrate(
+    sim: LearnedSimulator,
+    observed: pd.DataFrame,
+    predicted: pd.DataFrame | None = None,
+    *,
+    shrinkage: float = 5.0,
+    seed: int = 0,
+) -> LearnedSimulator:
+    """A new simulator whose offer response matches the observed campaign outcomes more closely.
+
+    Args:
+        observed: one row per campaign that came back: ``action_index`` and matured ``orders``.
+        predicted: the simulator's predictions for those campaigns (same columns); actions without
+            one (or all, when None) are predicted by :func:`predict_single_campaigns`.
+        shrinkage: pseudo-count of campaigns the simulator's own estimate is worth.
+    """
+    if shrinkage < 0:
+        raise CalibrationError(f"shrinkage={shrinkage} must be >= 0")
+    if predicted is None:
+        predicted = pd.DataFrame(columns=["action_index", "orders"])
+    missing = np.setdiff1d(observed["action_index"].to_numpy(), predicted["action_index"].to_numpy())
+    if len(missing):
+        extra = predict_single_campaigns(sim, missing, seed=seed)
+        predicted = pd.concat([predicted, extra], ignore_index=True) if len(predicted) else extra
+    shifts = offer_shifts(observed, predicted, shrinkage)
+    offer = sim.params.offer + shifts[None, :, None].astype(sim.params.offer.dtype)
+    report: dict[str, Any] = dict(sim.report)
+    rounds = [*report.get("calibration", []), _shift_summary(observed, shifts)]
+    report["calibration"] = rounds
+    return LearnedSimulator(sim.config, replace(sim.params, offer=offer), report)
+
+
+def _shift_summary(observed: pd.DataFrame, shifts: np.ndarray) -> dict[str, Any]:
+    used = sorted({int(a) for a in observed["action_index"]})
+    return {
+        "campaigns": len(observed),
+        "actions": len(used),
+        "shifts": {str(CATALOG[a]): round(float(shifts[a]), 4) for a in used},
+        "mean_abs_shift_all_actions": float(np.abs(shifts[1:]).mean()),
+    }
+
+
+# ---------------------------------------------------------------------------------- deployment data
+
+
+def world_campaigns(market: WorldMarket, promo_days: int) -> pd.DataFrame:
+    """Campaigns run in a world market (after its history) whose offer window has closed."""
+    rows = []
+    for world in market.worlds:
+        for record in world.campaigns:
+            if record.day >= market.history_days and record.day + promo_days < world.day:
+                rows.append(
+                    {"action_index": CATALOG.index(record.action), "orders": record.outcome["orders"]}
+                )
+    return pd.DataFrame(rows, columns=["action_index", "orders"])
+
+
+def deployment_outcomes(
+    sim: LearnedSimulator,
+    world: Mapping[str, Any],
+    panel: Mapping[str, Policy],
+    *,
+    episodes: int,
+    seed: int,
+    episode: EpisodeConfig | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run each policy in the world of the logs' ``manifest`` (the "real" deployment, continuing
+    after the logged history) and in the simulator under the same policy; returns (observed,
+    predicted) campaign orders per campaign."""
+    observed, predicted = [], []
+    promo_days = int(sim.params.promo_days)
+    for i, policy in enumerate(panel.values()):
+        market = WorldMarket.from_manifest(dict(world), n_envs=episodes, seed=seed + 101 * i)
+        run_policy(market, policy, episode, seed=seed + i)
+        observed.append(world_campaigns(market, promo_days))
+        n_customers = int(world["world"]["n_customers"])
+        sim_market = sim.market(n_envs=episodes, n_customers=n_customers, seed=seed + i)
+        run_policy(sim_market, policy, episode, seed=seed + i)
+        frame = sim_market.campaign_outcomes().frame()
+        closed = frame["day"] + promo_days < sim_market.day
+        predicted.append(frame.loc[closed, ["action_index", "orders"]])
+    return pd.concat(observed, ignore_index=True), pd.concat(predicted, ignore_index=True)
