@@ -181,3 +181,12 @@ def test_daily_orders_under_the_marketer_are_close_to_the_worlds(sim: LearnedSim
     assert sim_out[..., DAY["orders"]].mean() == pytest.approx(world_orders.mean(), rel=0.25)
     world_pushes = world.daily_frame()["pushes"].to_numpy()[LOG_DAYS:]
     assert sim_out[..., DAY["pushes"]].mean() == pytest.approx(world_pushes.mean(), rel=0.35)
+
+
+@pytest.mark.parametrize("module", ["features", "fit", "market", "io"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"transferlab.simulator.learned.{module}"))
+    assert result.failed == 0 and result.attempted > 0

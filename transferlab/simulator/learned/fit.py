@@ -850,6 +850,10 @@ def _fit(logs: Logs, config: SimFitConfig) -> FitResult:
         "returns": return_report,
         "unsubscribe": unsub_report,
         "active_coef": list(map(float, params.active_coef)),
+        "lifecycle": {
+            "reactivation_events": int((arr.events["event"] == "reactivation").sum()),
+            "lapse_model": "none explicit: recency x frequency (and age) carry lapsing and coming back",
+        },
         "sizes": {
             "params_bytes": int(sum(v.nbytes for v in params.to_arrays().values())),
             "start_customers": len(params.init_segment),

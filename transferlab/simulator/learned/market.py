@@ -4,10 +4,11 @@
 and coefficients; no scikit-learn in the loop). :class:`SimMarket` simulates ``n_envs`` markets of
 ``n_customers`` customers each, with customer state as ``(n_envs, n_customers)`` arrays:
 
-* each customer's purchase log-odds is a sum of table look-ups: segment x recency x frequency,
-  log age per frequency bucket, weekday, competitor price and stock cover per segment, push fatigue
-  (pushes in the last 7/30 days, kept as a 30-bit push history per customer) and the active offer
-  (segment x catalog action x days since the push), plus a day-level demand shock per market;
+* each customer's purchase log-odds is a sum of table look-ups: segment x offer on/off x recency x
+  frequency (folded each day with weekday, competitor prices, the demand shock and log age into one
+  table per market), the active offer (segment x catalog action x days since the push) and push
+  fatigue while an offer is active (pushes in the last 7/30 days, from a 30-bit push history per
+  customer);
 * the day's buyers (a sparse list) get a category, an order value, a discount, a stock-out or
   carrier delay, a delivery delay, maybe a complaint and a return; late deliveries, complaints and
   returns are booked in small ring buffers on the day they happen;
