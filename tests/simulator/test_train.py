@@ -12,6 +12,7 @@ import torch
 from transferlab.platform.config import ConfigError
 from transferlab.platform.metrics import MemoryLogger
 from transferlab.simulator.envs.campaign import EpisodeConfig, WorldMarket
+from transferlab.simulator.logs import Logs
 from transferlab.simulator.market import CATALOG, DAY_KEYS, OBS_KEYS
 from transferlab.simulator.train import (
     CampaignPolicy,
@@ -162,14 +163,14 @@ class WorldAsSimulator:
 
 
 @pytest.fixture(scope="module")
-def tiny_logs() -> object:
+def tiny_logs() -> Logs:
     from transferlab.simulator.logs import LogSpec, generate_logs
     from transferlab.simulator.world_config import WorldConfig
 
     return generate_logs(LogSpec(days=40, world=WorldConfig(n_customers=200)))
 
 
-def test_train_in_simulator_writes_the_run_and_the_table(tiny_logs: object, tmp_path: Path) -> None:
+def test_train_in_simulator_writes_the_run_and_the_table(tiny_logs: Logs, tmp_path: Path) -> None:
     from transferlab.simulator.world_config import WorldConfig
 
     config = SimTrainConfig(
@@ -220,16 +221,15 @@ def _tiny_run_config(path: Path) -> Path:
     return path
 
 
-def test_sim_train_command_end_to_end(tiny_logs: object, tmp_path: Path) -> None:
+def test_sim_train_command_end_to_end(tiny_logs: Logs, tmp_path: Path) -> None:
     import json
 
     from typer.testing import CliRunner
 
     from transferlab.platform.cli import app
     from transferlab.simulator.learned import LearnedSimulator
-    from transferlab.simulator.logs import Logs, write_logs
+    from transferlab.simulator.logs import write_logs
 
-    assert isinstance(tiny_logs, Logs)
     write_logs(tiny_logs, tmp_path / "logs")
     LearnedSimulator.fit(tiny_logs).save(tmp_path / "sim")
     run_dir = tmp_path / "runs" / "sim-train" / "tiny"

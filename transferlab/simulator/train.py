@@ -69,6 +69,7 @@ from transferlab.simulator.envs.campaign import (
     WorldMarket,
     run_policy,
 )
+from transferlab.simulator.logs import Logs
 from transferlab.simulator.market import CATALOG
 from transferlab.simulator.ppo import (
     FEATURE_DIM,
@@ -493,11 +494,9 @@ def train_policy(
         every = config.checkpoint_every
         if checkpoint is not None and every and (it + 1) % every == 0:
             _save_checkpoint(checkpoint, it, elapsed, policy, optimizer)
-        if progress is not None:
-            frac = elapsed / budget_s if max_iterations is None else (it + 1) / max_iterations
-            if max_iterations is not None and math.isfinite(budget_s):
-                frac = max(frac, elapsed / budget_s)
-            progress(f"training: return {metrics['rollout/return']:.1f}", min(frac, 1.0))
+        if progress is not None:  # the share of whichever budget runs out first
+            done = max(elapsed / budget_s, (it + 1) / max_iterations if max_iterations else 0.0)
+            progress(f"training: return {metrics['rollout/return']:.1f}", min(done, 1.0))
         it += 1
     seconds = seconds_before + time.perf_counter() - t_start
     if checkpoint is not None and it > start:
@@ -619,7 +618,7 @@ def _value_table(sim: dict[str, np.ndarray], world: dict[str, np.ndarray]) -> li
 
 def train_in_simulator(
     sim: Simulator,
-    logs: Any,
+    logs: Logs,
     config: SimTrainConfig | None = None,
     *,
     run_dir: str | Path | None = None,
