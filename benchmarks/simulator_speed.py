@@ -42,20 +42,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
-from unittest import mock
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from transferlab.simulator.envs.campaign import EpisodeConfig
+from transferlab.simulator.learned import LearnedSimulator, SimFitConfig, SimMarket, SimParams
+from transferlab.simulator.logs import LogSpec, generate_logs
 from transferlab.simulator.market import CATALOG
 from transferlab.simulator.reference_world import ReferenceWorld
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import CustomerPrior, WorldConfig
 
-FALLBACK_PRIOR = CustomerPrior(
-    r=0.243, alpha_days=30.9, a=0.793, b=2.426, spend_log_mu=3.2, spend_log_sigma=0.8
-)
 REFERENCE = "reference: one simpy process per customer"
 VECTOR = "vector world (MarketWorld)"
 LEARNED = "learned simulator (SimMarket)"
@@ -154,7 +152,7 @@ def time_world(cls: World, n: int, days: int, seed: int, prior: CustomerPrior) -
     return _since(t0)
 
 
-def time_learned(market: Any, days: int, seed: int) -> Timing:
+def time_learned(market: SimMarket, days: int, seed: int) -> Timing:
     """``reset`` plus ``days`` steps of a batched ``SimMarket``."""
     plan = action_plan(market.n_envs, days, seed)
     t0 = _clock()
@@ -189,43 +187,32 @@ def rate_row(
 # --------------------------------------------------------------------------------------------------
 
 
-def learned_params(cfg: SpeedConfig, log: Callable[[str], None]) -> tuple[Any, str]:
-    """The learned simulator's parameters and how they were made, or ``(None, why not)``.
+def learned_params(cfg: SpeedConfig, log: Callable[[str], None]) -> tuple[SimParams, str]:
+    """The learned simulator's parameters and how they were made.
 
     Loaded from ``cfg.simulator`` (a ``transferlab sim fit`` directory), or fitted with
     ``LearnedSimulator.fit`` on logs of the ground-truth world under the marketer (``generate_logs``);
     the fit's own time is not part of any rate. ``quick_params`` takes the hand-made toy parameters.
     """
-    try:
-        from transferlab.simulator.learned import LearnedSimulator, SimFitConfig, SimParams
-    except ImportError as exc:
-        return None, f"not measured: transferlab.simulator.learned is not available ({exc})"
     if cfg.quick_params:
         return SimParams.toy(n_customers=500), "toy parameters (`SimParams.toy`, not fitted: smoke run)"
     if cfg.simulator:
         return LearnedSimulator.load(cfg.simulator).params, f"loaded from `{cfg.simulator}`"
-    from transferlab.simulator.logs import LogSpec, generate_logs
-
     log(f"fitting the learned simulator on {cfg.log_days} days x {cfg.log_customers:,} customers ...")
     t0 = time.perf_counter()
     world = WorldConfig(n_customers=cfg.log_customers, seed=0)
-    prior, prior_note = default_prior()
-    # generate_logs builds its world with the default prior; without cdnow_prior.json, use the fallback
-    with mock.patch.object(CustomerPrior, "from_cdnow", return_value=prior):
-        logs = generate_logs(LogSpec(days=cfg.log_days, world=world))
+    logs = generate_logs(LogSpec(days=cfg.log_days, world=world))
     sim = LearnedSimulator.fit(logs, SimFitConfig(seed=0))
+    took = time.perf_counter() - t0
     return sim.params, (
         f"fitted by `LearnedSimulator.fit` on {cfg.log_days} days x {cfg.log_customers:,} customers of "
-        f"`generate_logs` (world seed 0, the marketer policy, prior: {prior_note}); logs "
-        f"and fit took {time.perf_counter() - t0:.0f} s, untimed"
+        f"`generate_logs` (world seed 0, the marketer policy); logs and fit took {took:.0f} s, untimed"
     )
 
 
-def _episode_worker(args: tuple[Any, int, int, int, int, Any, Any]) -> tuple[float, float, float, int]:
+def _episode_worker(args: tuple[SimParams, int, int, int, int, int, Any]) -> tuple[float, float, float, int]:
     """Run ``episodes`` episodes in batches after the barrier; returns (start, end, CPU s, episodes)."""
     params, batch, customers, days, episodes, seed, barrier = args
-    from transferlab.simulator.learned import SimMarket
-
     with threadpool_limits(1):
         market = SimMarket(params, n_envs=batch, n_customers=customers, seed=seed, track_campaigns=False)
         barrier.wait()
@@ -236,7 +223,7 @@ def _episode_worker(args: tuple[Any, int, int, int, int, Any, Any]) -> tuple[flo
         return t0.wall, time.perf_counter(), _since(t0).cpu, done
 
 
-def measure_budget(cfg: SpeedConfig, params: Any, batch: int) -> dict[str, Any]:
+def measure_budget(cfg: SpeedConfig, params: SimParams, batch: int) -> dict[str, Any]:
     """Run ``measured_episodes`` episodes on ``processes`` processes at once; wall time and start-up."""
     per_process = -(-cfg.measured_episodes // cfg.processes)
     per_process = -(-per_process // batch) * batch  # whole batches
@@ -275,13 +262,6 @@ def measure_budget(cfg: SpeedConfig, params: Any, batch: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------
 
 
-def default_prior() -> tuple[CustomerPrior, str]:
-    try:
-        return CustomerPrior.from_cdnow(), "CDNOW fit (cdnow_prior.json)"
-    except FileNotFoundError:
-        return FALLBACK_PRIOR, "explicit fallback (cdnow_prior.json absent)"
-
-
 def timed_round(run_once: Callable[[int], Timing], r: int, budget_s: float) -> list[Timing]:
     """Round ``r``: ``run_once(seed)`` at least once, then again (new seeds) until ``budget_s`` is spent."""
     runs: list[Timing] = []
@@ -307,10 +287,10 @@ def time_worlds(cfg: SpeedConfig, prior: CustomerPrior, log: Callable[[str], Non
     return rows
 
 
-def time_learned_batches(cfg: SpeedConfig, params: Any, log: Callable[[str], None]) -> list[dict[str, Any]]:
+def time_learned_batches(
+    cfg: SpeedConfig, params: SimParams, log: Callable[[str], None]
+) -> list[dict[str, Any]]:
     """The learned simulator at each batch size (markets of ``episode_customers`` customers)."""
-    from transferlab.simulator.learned import SimMarket
-
     rows = []
     for batch in cfg.batches:
         log(f"timing {LEARNED}, {batch} markets of {cfg.episode_customers:,} customers ...")
@@ -324,7 +304,7 @@ def time_learned_batches(cfg: SpeedConfig, params: Any, log: Callable[[str], Non
     return rows
 
 
-def training_budget(cfg: SpeedConfig, params: Any, best: dict[str, Any]) -> dict[str, Any]:
+def training_budget(cfg: SpeedConfig, params: SimParams, best: dict[str, Any]) -> dict[str, Any]:
     """Seed 000's training budget: projected from the best single-process rate, and measured."""
     budget = measure_budget(cfg, params, best["markets"])
     total = cfg.target_episodes * cfg.days * cfg.episode_customers
@@ -343,27 +323,23 @@ def training_budget(cfg: SpeedConfig, params: Any, best: dict[str, Any]) -> dict
 def run(cfg: SpeedConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every measurement of one run, the ratios to the reference and the verdicts."""
     load_start = os.getloadavg()[0]
-    prior, prior_note = default_prior()
+    prior = CustomerPrior.from_cdnow()
     with threadpool_limits(1):
         rows = time_worlds(cfg, prior, log)
         params, learned_note = learned_params(cfg, log)
-        if params is not None:
-            rows += time_learned_batches(cfg, params, log)
+        rows += time_learned_batches(cfg, params, log)
     reference = {r["customers"]: r["customer_days_per_s"] for r in rows if r["implementation"] == REFERENCE}
     for r in rows:
         ref = reference.get(r["customers"])
         r["ratio_to_reference"] = r["customer_days_per_s"] / ref if ref else None
-    budget = None
-    if params is not None:
-        log(f"measuring {cfg.measured_episodes:,} episodes on {cfg.processes} processes ...")
-        learned = [r for r in rows if r["implementation"] == LEARNED]
-        budget = training_budget(cfg, params, max(learned, key=lambda r: r["customer_days_per_s"]))
+    log(f"measuring {cfg.measured_episodes:,} episodes on {cfg.processes} processes ...")
+    learned = [r for r in rows if r["implementation"] == LEARNED]
+    budget = training_budget(cfg, params, max(learned, key=lambda r: r["customer_days_per_s"]))
     return {
         "date": datetime.date.today().isoformat(),
         "machine": machine() | {"load_1min_start": load_start, "load_1min_end": os.getloadavg()[0]},
         "config": asdict(cfg),
-        "prior": prior_note,
-        "prior_values": asdict(prior),
+        "prior": asdict(prior),
         "learned_params": learned_note,
         "rows": rows,
         "budget": budget,
@@ -388,13 +364,9 @@ def verdict(value: float | None, threshold: float, below: bool = False) -> str:
     return "PASS" if (value < threshold if below else value >= threshold) else "FAIL"
 
 
-def verdicts(
-    rows: list[dict[str, Any]], budget: dict[str, Any] | None, cfg: SpeedConfig
-) -> list[dict[str, Any]]:
-    """One verdict per target and measured implementation (the learned simulator's are n/a if absent)."""
+def verdicts(rows: list[dict[str, Any]], budget: dict[str, Any], cfg: SpeedConfig) -> list[dict[str, Any]]:
+    """One verdict per target and measured implementation."""
     measured = [r for r in rows if r["implementation"] != REFERENCE]
-    if not any(r["implementation"] == LEARNED for r in measured):
-        measured.append({"implementation": LEARNED, "customers": cfg.episode_customers, "markets": 0})
     checks: list[tuple[str, str, float, Callable[[float], str]]] = [
         (
             "ratio_to_reference",
@@ -417,14 +389,14 @@ def verdicts(
                     "verdict": verdict(v, threshold),
                 }
             )
-    secs = None if budget is None else budget["extrapolated_s"]
+    secs = budget["extrapolated_s"]
     out.append(
         {
             "target": f"{cfg.target_episodes:,} episodes x {cfg.days} days x {cfg.episode_customers:,} "
             "customers < 10 min",
             "implementation": f"{LEARNED}, {cfg.processes} processes (measured on a fraction, extrapolated)",
             "measured": secs,
-            "shown": "n/a" if secs is None else f"{secs / 60:.1f} min",
+            "shown": f"{secs / 60:.1f} min",
             "verdict": verdict(secs, TARGET_SECONDS, below=True),
         }
     )
@@ -433,8 +405,7 @@ def verdicts(
 
 def _label(row: dict[str, Any]) -> str:
     if row["implementation"] == LEARNED:
-        markets = f"batch of {row['markets']:,} markets x " if row["markets"] else ""
-        return f"{LEARNED}, {markets}{row['customers']:,} customers"
+        return f"{LEARNED}, batch of {row['markets']:,} markets x {row['customers']:,} customers"
     return f"{row['implementation']}, {row['customers']:,} customers"
 
 
@@ -454,7 +425,8 @@ def render(result: dict[str, Any]) -> str:
         f"{m['cpus']} CPUs ({m['processor']}), Python {m['python']}, numpy {m['numpy']}, simpy "
         f"{m['simpy']}, one thread per process; 1-minute load average {m['load_1min_start']:.1f} at the "
         f"start and {m['load_1min_end']:.1f} at the end (other jobs share the cores). Customer prior: "
-        f"{result['prior']}, {result['prior_values']}. Learned simulator: {result['learned_params']}.",
+        f"the CDNOW fit (`cdnow_prior.json`), {result['prior']}. Learned simulator: "
+        f"{result['learned_params']}.",
         "",
         f"Each run simulates {cfg['days']} days; medians over the runs. Rates are customer-days per "
         "CPU-second of the one process (what it got of a core; the per-core figure) and per wall second.",
@@ -471,29 +443,28 @@ def render(result: dict[str, Any]) -> str:
             f"| {_num(r['customer_days_per_wall_s'])} | {ratio} |"
         )
     b = result["budget"]
-    if b is not None:
-        lines += [
-            "",
-            f"Training budget: {b['target_episodes']:,} episodes x {cfg['days']} days x "
-            f"{cfg['episode_customers']:,} customers = {b['customer_days']:,} customer-days, learned "
-            f"simulator in batches of {b['batch']:,} markets on {b['processes']} processes.",
-            "",
-            "| | value |",
-            "|---|---:|",
-            f"| projected: best single-process rate per CPU-second x {b['processes']} cores "
-            f"| {b['projected_s'] / 60:.1f} min |",
-            f"| measured: {b['measured_episodes']:,} episodes ({b['fraction']:.1%} of the budget) on "
-            f"{b['processes']} processes at once | {b['measured_wall_s']:.2f} s "
-            f"({_num(b['measured_customer_days_per_s'])} customer-days/s; the workers got "
-            f"{b['cpu_share']:.0%} of their cores) |",
-            f"| one-off start-up (spawn, imports, compile), counted once | {b['startup_s']:.1f} s |",
-            f"| measured on {b['fraction']:.1%}, extrapolated linearly to {b['target_episodes']:,} "
-            f"episodes | {b['extrapolated_s'] / 60:.1f} min |",
-            f"| the same at the CPU time the workers used (as if they had their cores alone) "
-            f"| {b['extrapolated_cpu_s'] / 60:.1f} min |",
-            f"| the same, scaled to the {b['env_days_per_episode']} simulated days of a `CampaignEnv` "
-            f"episode (warm-up + {cfg['days']} + settlement) | {b['extrapolated_env_s'] / 60:.1f} min |",
-        ]
+    lines += [
+        "",
+        f"Training budget: {b['target_episodes']:,} episodes x {cfg['days']} days x "
+        f"{cfg['episode_customers']:,} customers = {b['customer_days']:,} customer-days, learned "
+        f"simulator in batches of {b['batch']:,} markets on {b['processes']} processes.",
+        "",
+        "| | value |",
+        "|---|---:|",
+        f"| projected: best single-process rate per CPU-second x {b['processes']} cores "
+        f"| {b['projected_s'] / 60:.1f} min |",
+        f"| measured: {b['measured_episodes']:,} episodes ({b['fraction']:.1%} of the budget) on "
+        f"{b['processes']} processes at once | {b['measured_wall_s']:.2f} s "
+        f"({_num(b['measured_customer_days_per_s'])} customer-days/s; the workers got "
+        f"{b['cpu_share']:.0%} of their cores) |",
+        f"| one-off start-up (spawn, imports, compile), counted once | {b['startup_s']:.1f} s |",
+        f"| measured on {b['fraction']:.1%}, extrapolated linearly to {b['target_episodes']:,} "
+        f"episodes | {b['extrapolated_s'] / 60:.1f} min |",
+        f"| the same at the CPU time the workers used (as if they had their cores alone) "
+        f"| {b['extrapolated_cpu_s'] / 60:.1f} min |",
+        f"| the same, scaled to the {b['env_days_per_episode']} simulated days of a `CampaignEnv` "
+        f"episode (warm-up + {cfg['days']} + settlement) | {b['extrapolated_env_s'] / 60:.1f} min |",
+    ]
     lines += ["", "| target | implementation | measured | verdict |", "|---|---|---:|---|"]
     for v in result["verdicts"]:
         lines.append(f"| {v['target']} | {v['implementation']} | {v['shown']} | {v['verdict']} |")
