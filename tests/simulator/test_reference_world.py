@@ -19,6 +19,7 @@ from transferlab.simulator.reference_world import EVENT_COLUMNS, ReferenceWorld,
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import CustomerPrior, WorldConfig
 
+# close to the CDNOW fit; explicit, so the comparison does not depend on the data file
 PRIOR = CustomerPrior(r=0.243, alpha_days=30.9, a=0.793, b=2.426, spend_log_mu=3.2, spend_log_sigma=0.8)
 CAMPAIGN = CampaignAction(discount=0.2, push_hour=20, segment="all", budget=10.0)  # 500 pushes
 SEEDS, DAYS = range(5), 45
