@@ -28,6 +28,7 @@ The cohort is the customers whose first purchase is on or before the calibration
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -40,6 +41,7 @@ from transferlab.simulator.realdata import bgnbd, purchase_model
 DEFAULT_CALIBRATION_END = date(1997, 9, 30)
 DEFAULT_HOLDOUT_END = date(1998, 6, 30)
 DAYS_PER_WEEK = 7.0
+_DATE = re.compile(r"\d{8}")
 
 
 class CdnowError(ValueError):
@@ -102,12 +104,15 @@ def parse_transactions(lines: Iterable[str]) -> Transactions:
     """Parse CDNOW lines (an optional header, then 4 or 5 whitespace-separated columns) and merge days."""
     rows: dict[tuple[str, date], list[float]] = {}
     n_columns = 0
+    first = True
     for number, line in enumerate(lines, start=1):
         fields = line.split()
         if not fields:
             continue
-        if n_columns == 0 and _is_header(fields):
+        if first and _is_header(fields):
+            first = False
             continue
+        first = False
         if n_columns == 0:
             n_columns = len(fields)
             if n_columns not in (4, 5):
@@ -130,16 +135,9 @@ def parse_transactions(lines: Iterable[str]) -> Transactions:
 
 
 def _is_header(fields: list[str]) -> bool:
-    """A first line with a field that is not a number is a header."""
-    return not all(_is_number(f) for f in fields)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    """A first line with a word in it (a letter) and no ``YYYYMMDD`` date in the date column is a header."""
+    has_word = any(c.isalpha() for f in fields for c in f)
+    return has_word and not (len(fields) >= 3 and _DATE.fullmatch(fields[-3]) is not None)
 
 
 def _column_message(number: int, found: int, expected: int | None = None) -> str:
@@ -153,6 +151,8 @@ def _column_message(number: int, found: int, expected: int | None = None) -> str
 def _parse_row(fields: list[str], number: int) -> tuple[str, date, int, float]:
     customer, day_text, cds_text, dollars_text = fields[0], fields[-3], fields[-2], fields[-1]
     try:
+        if _DATE.fullmatch(day_text) is None:
+            raise ValueError(day_text)
         day = datetime.strptime(day_text, "%Y%m%d").date()
     except ValueError:
         raise CdnowError(
