@@ -4,7 +4,8 @@ Commands::
 
     transferlab sim generate-logs --out DIR [--days 365] [--customers 2000] [--seed 0] [--epsilon 0.1]
     transferlab sim fit LOGS --out DIR [--config FILE] [--seed N] [--json]
-    transferlab sim cdnow-forecast FILE [--calibration-end 1997-09-30] [--holdout-end 1998-06-30] [--json]
+    transferlab sim cdnow-forecast FILE [--calibration-end 1997-09-30] [--holdout-end 1998-06-30]
+        [--plot PNG] [--json]
     transferlab sim train --simulator SIM_DIR --logs LOGS_DIR [--config FILE] [--seed N]
         [--minutes M | --episodes N] [--run-dir DIR | --runs-root runs] [--json]
     transferlab sim obd-ctr --train RANDOM_CSV --eval BTS_CSV [--item-context CSV] [--json]
