@@ -29,7 +29,14 @@ data; a policy trained in it will find and exploit its errors elsewhere. The tra
 ``p_logged`` is the logged action distribution (counts shrunk toward a per-attribute estimate:
 :func:`~transferlab.simulator.ppo.behaviour_action_probs`). The default floor is ``1/151``: actions
 the logs took less often than a uniformly random marketer would have pay ``action_penalty`` per
-nat below that. Evaluation reports the unpenalised return.
+nat below that. ``kl_coef`` is the softer variant: a KL(policy || logged actions) charge that also
+holds back campaign frequency. Evaluation reports the unpenalised return.
+
+Both are off by default, on evidence: with the simulator fitted on a year of logs (2,000 customers),
+3-minute runs, 2 seeds each, ``action_penalty=0.5`` lowered the trained policy's world value
+(86.2 vs 89.8 reward units on average) while the policy without it beat the marketer by 7.7 and
+11.8. That simulator shares offer effects across actions, so the rarely logged ones are not where
+it errs. Turn the penalty on for simulators that fit each action from its own few rows.
 
 **Evaluation.** The trained policy (``trained``: its most likely action in each state, as SB3's
 ``evaluate_policy(deterministic=True)``; ``trained_sampled``: actions sampled as in training), the
@@ -133,10 +140,10 @@ class SimTrainConfig(BaseConfig):
         True, description="Start the actor's logits at the logged action frequencies (else near uniform)."
     )
     action_penalty: float = Field(
-        0.5,
+        0.0,
         ge=0,
         description="Reward lost per nat an action's logged probability is below penalty_min_prob "
-        "(reward units, after RewardConfig.scale); 0 turns the penalty off.",
+        "(reward units, after RewardConfig.scale); 0 (default) turns the penalty off, 0.5 is a firm one.",
     )
     penalty_min_prob: float = Field(
         1.0 / N_ACTIONS,
