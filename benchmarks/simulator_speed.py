@@ -64,7 +64,7 @@ TARGET_RATIO, TARGET_RATE, TARGET_SECONDS = 100.0, 1_000_000.0, 600.0
 class SpeedConfig:
     """What to measure. The defaults are the recorded run; :meth:`quick` is the test's smoke size."""
 
-    sizes: tuple[int, ...] = (1_000, 10_000)
+    sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
     """Market sizes (customers) at which the reference and the vector world are both timed."""
     days: int = 30
     """Days simulated per timed run (an episode: seed 000's 30 days)."""
