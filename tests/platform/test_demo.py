@@ -120,6 +120,20 @@ def test_demo_trains_a_policy(demo_run: tuple[DemoResult, str]) -> None:
     assert (arms / "grpo-seed0" / "checkpoint.pt").is_file()
 
 
+def test_demo_trains_a_campaign_policy_in_the_learned_simulator(demo_run: tuple[DemoResult, str]) -> None:
+    result, output = demo_run
+    section = result.summaries["ecommerce: logs, a simulator learned from them, a policy trained in it"]
+    assert section["campaigns_logged"] > 50 and section["heldout_auc"] > 0.6
+    for where in ("value_in_sim", "value_in_world"):
+        assert set(section[where]) >= {"trained", "marketer", "no_campaign"}
+    assert "value in sim" in output and "value in world" in output and "sim-to-real gap" in output
+    out = Path(section["dir"])
+    for name in ("logs/campaigns.parquet", "simulator/params.npz", "train/policy.pt", "train/result.json"):
+        assert (out / name).is_file(), name
+    keys = set(read_metrics(result.run_dir / "metrics.parquet")["key"])
+    assert {"demo/world/trained/value", "demo/sim/marketer/value"} <= keys
+
+
 def test_demo_runs_the_agents(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     agents = result.summaries["coding: scripted agents in CodeRepair-v0"]
@@ -187,6 +201,7 @@ def test_the_default_sections() -> None:
         "coding: seed tasks in the sandbox",
         "coding: scripted agents in CodeRepair-v0",
         "coding: a tiny policy trained with SFT then GRPO",
+        "ecommerce: logs, a simulator learned from them, a policy trained in it",
     ]
 
 

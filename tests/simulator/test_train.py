@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -150,16 +151,15 @@ def test_time_budget_stops_training() -> None:
 
 
 class WorldAsSimulator:
-    """A 'perfect simulator' test double: its markets are the ground-truth world."""
+    """A 'perfect simulator' test double: its markets are the world that made the logs, continuing
+    after them (exactly what the evaluation in the world runs)."""
 
-    def __init__(self, world: object) -> None:
-        self.world = world
+    def __init__(self, manifest: dict[str, Any]) -> None:
+        self.manifest = manifest
 
     def market(self, n_envs: int, n_customers: int, seed: int) -> WorldMarket:
-        from transferlab.simulator.world_config import WorldConfig
-
-        assert isinstance(self.world, WorldConfig)
-        return WorldMarket(self.world.model_copy(update={"n_customers": n_customers, "seed": seed}), n_envs)
+        assert n_customers == self.manifest["world"]["n_customers"]
+        return WorldMarket.from_manifest(self.manifest, n_envs=n_envs, seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,6 @@ def tiny_logs() -> Logs:
 
 
 def test_train_in_simulator_writes_the_run_and_the_table(tiny_logs: Logs, tmp_path: Path) -> None:
-    from transferlab.simulator.world_config import WorldConfig
 
     config = SimTrainConfig(
         n_envs=4,
@@ -184,7 +183,7 @@ def test_train_in_simulator_writes_the_run_and_the_table(tiny_logs: Logs, tmp_pa
     logger = MemoryLogger()
     messages: list[str] = []
     result = train_in_simulator(
-        WorldAsSimulator(WorldConfig(n_customers=200)),
+        WorldAsSimulator(tiny_logs.manifest),
         tiny_logs,
         config,
         run_dir=tmp_path,

@@ -45,6 +45,7 @@ __all__ = [
     "coding_agents",
     "coding_seed_tasks",
     "coding_training",
+    "ecommerce_simulator",
     "run_demo",
 ]
 
@@ -52,6 +53,11 @@ EXPERIMENT = "demo"
 SEED000_EXPECTED_REWARD = 7.5
 """The expected reward (baseline) of seed 000's worked example."""
 SEED000_SOLUTION = "quick_sort_buggy.py"
+DEMO_LOG_DAYS = 365
+DEMO_CUSTOMERS = 2000
+DEMO_TRAIN_EPISODES = 192 * 128
+"""Episode budget of the demo's PPO run in the learned simulator (192 iterations of 128 markets,
+about two minutes here); an episode budget, not a time budget, so the demo is reproducible."""
 
 
 class DemoConfig(BaseConfig):
@@ -322,10 +328,76 @@ def coding_training(ctx: DemoContext) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- ecommerce: the simulator
+
+
+def ecommerce_simulator(ctx: DemoContext) -> dict[str, Any]:
+    """Logs from the ground-truth world under the marketer, a simulator fitted on them, a PPO policy
+    trained in it for a couple of minutes, and its value in the simulator and in the world next to
+    the marketer's and doing nothing."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from transferlab.simulator.learned import LearnedSimulator
+    from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
+    from transferlab.simulator.train import SimTrainConfig, train_in_simulator
+    from transferlab.simulator.world_config import WorldConfig
+
+    out = ctx.run.dir / "artifacts" / "ecommerce"
+    spec = LogSpec(days=DEMO_LOG_DAYS, world=WorldConfig(n_customers=DEMO_CUSTOMERS, seed=0))
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=ctx.console, transient=True) as bar:
+        task = bar.add_task("world: simulating a year under the marketer", total=spec.days)
+        logs = generate_logs(spec, progress=lambda done, total: bar.update(task, completed=done))
+    write_logs(logs, out / "logs")
+    camp = logs.campaigns
+    ctx.console.print(
+        f"logs: {spec.days} days x {DEMO_CUSTOMERS:,} customers, {int(camp['launched'].sum())} campaigns "
+        f"({int(camp['matured'].sum())} matured), {logs.manifest['rows']['events']:,} customer events",
+        highlight=False,
+    )
+    sim = LearnedSimulator.fit(logs)
+    sim.save(out / "simulator")
+    purchase = sim.report["purchase"]
+    ctx.console.print(
+        f"learned simulator: purchase model held-out AUC {purchase['heldout_auc']:.3f}, log loss "
+        f"{purchase['heldout_log_loss']:.4f} vs {purchase['baseline_log_loss']:.4f} for a constant rate",
+        highlight=False,
+    )
+    config = SimTrainConfig.build(max_minutes=None, max_episodes=DEMO_TRAIN_EPISODES, eval_episodes=32)
+    with Progress(*columns, console=ctx.console, transient=True) as bar:
+        task = bar.add_task("PPO in the learned simulator", total=1.0)
+
+        def progress(message: str, fraction: float) -> None:
+            bar.update(task, description=message, completed=fraction)
+
+        result = train_in_simulator(sim, logs, config, run_dir=out / "train", progress=progress)
+    ctx.console.print(result.format_table(), highlight=False, soft_wrap=True)
+    values = {r.policy: r for r in result.values}
+    ctx.run.logger.log(
+        0,
+        {f"demo/sim/{p}/value": v.sim.estimate for p, v in values.items()}
+        | {f"demo/world/{p}/value": v.world.estimate for p, v in values.items()},
+    )
+    return {
+        "log_days": spec.days,
+        "customers": DEMO_CUSTOMERS,
+        "campaigns_logged": int(camp["launched"].sum()),
+        "heldout_auc": purchase["heldout_auc"],
+        "value_in_sim": {p: v.sim.estimate for p, v in values.items()},
+        "value_in_world": {p: v.world.estimate for p, v in values.items()},
+        "trained_minus_marketer_in_world": result.world_gain.format(".2f"),
+        "train_episodes": result.episodes,
+        "dir": str(out),
+    }
+
+
 SECTIONS: list[DemoSection] = [
     DemoSection("coding: seed tasks in the sandbox", coding_seed_tasks),
     DemoSection("coding: scripted agents in CodeRepair-v0", coding_agents),
     DemoSection("coding: a tiny policy trained with SFT then GRPO", coding_training),
+    DemoSection(
+        "ecommerce: logs, a simulator learned from them, a policy trained in it", ecommerce_simulator
+    ),
 ]
 
 

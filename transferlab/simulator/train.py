@@ -44,8 +44,10 @@ campaign's 83.8.
 **Evaluation.** The trained policy (``trained``: its most likely action in each state, as SB3's
 ``evaluate_policy(deterministic=True)``; ``trained_sampled``: actions sampled as in training), the
 behaviour policy (:class:`~transferlab.simulator.policies.Marketer`) and ``no_campaign`` run
-``eval_episodes`` episodes in the simulator and in the ground-truth world (the logs' manifest world,
-same shop size), on evaluation seeds disjoint from training. The table gives each value with a 95%
+``eval_episodes`` episodes in the simulator and in the ground-truth world: the world that made the
+logs, continuing after the logged year (``WorldMarket.from_manifest``: the same history, different
+futures), which is the market the simulator was fitted to continue; on evaluation seeds disjoint
+from training. The table gives each value with a 95%
 bootstrap interval, and the sim-to-real gap (sim value - world value). The headline gap and the
 gain over the marketer are those of ``trained``.
 """
@@ -698,8 +700,13 @@ def train_in_simulator(
         config,
         lambda p: say(f"evaluating in the simulator: {p}", names.index(p) / (2 * k)),
     )
+    world_market = (
+        WorldMarket.from_manifest(logs.manifest, n_envs=n, seed=EVAL_SEED_OFFSET + config.eval_seed)
+        if n_customers == int(logs.manifest["world"]["n_customers"]) and "days" in logs.manifest
+        else WorldMarket(world_config, n_envs=n)  # another shop size: a fresh world of that size
+    )
     world_returns = evaluate(
-        WorldMarket(world_config, n_envs=n),
+        world_market,
         policies,
         config,
         lambda p: say(f"evaluating in the world: {p}", (k + names.index(p)) / (2 * k)),
