@@ -86,3 +86,18 @@ def test_the_vector_env_steps_many_markets_at_once_and_is_seeded() -> None:
 def test_a_market_with_the_wrong_batch_size_is_refused() -> None:
     with pytest.raises(ValueError, match="n_envs=1"):
         CampaignEnv(WorldMarket(WorldConfig(n_customers=50), n_envs=2))
+
+
+def test_the_learned_simulator_env_passes_check_env_and_steps_in_batches() -> None:
+    from transferlab.simulator.learned import LearnedSimulator
+    from transferlab.simulator.logs import LogSpec, generate_logs
+
+    logs = generate_logs(LogSpec(days=60, world=WorldConfig(n_customers=300, seed=2)))
+    sim = LearnedSimulator.fit(logs)
+    env = gym.make(envs.SIM_ENV_ID, simulator=sim, n_customers=300, episode=SHORT)
+    check_env(env.unwrapped, skip_render_check=True)
+    venv = CampaignVectorEnv(sim.market(n_envs=16, n_customers=300, seed=0), SHORT)
+    obs, _ = venv.reset(seed=0)
+    assert obs.shape == (16, OBS_DIM)
+    _, rewards, _, _, info = venv.step(np.arange(16))
+    assert rewards.shape == (16,) and info["outcome"].shape == (16, len(DAY_KEYS))
