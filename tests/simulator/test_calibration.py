@@ -15,6 +15,7 @@ from transferlab.simulator.calibration import (
     CalibrationError,
     calibrate,
     deployment_outcomes,
+    level_shift,
     offer_shifts,
     predict_single_campaigns,
 )
@@ -80,10 +81,37 @@ def test_deployment_pairs_world_results_with_the_simulator_s_predictions(
     sim: LearnedSimulator, logs: Logs
 ) -> None:
     panel = {"weekly": Schedule(7, CATALOG[ACTION], horizon=14)}
-    observed, predicted = deployment_outcomes(sim, logs.manifest, panel, episodes=3, seed=0, episode=SHORT)
+    deployed = deployment_outcomes(sim, logs.manifest, panel, episodes=3, seed=0, episode=SHORT)
+    observed, predicted = deployed.observed, deployed.predicted
     assert set(observed["action_index"]) == {ACTION} == set(predicted["action_index"])
     assert len(observed) == 6  # 2 campaigns (days 0 and 7) x 3 episodes, offer windows closed
     assert (observed["orders"] >= 0).all()
+    world_orders, sim_orders = deployed.totals
+    assert world_orders > observed["orders"].sum() and sim_orders > 0  # the whole shop, not only campaigns
+
+
+def test_the_level_shift_moves_every_purchase() -> None:
+    assert level_shift(900.0, 1000.0) == pytest.approx(np.log(0.9))
+    with pytest.raises(CalibrationError, match="must be positive"):
+        level_shift(0.0, 10.0)
+
+
+def test_calibrating_the_level_fixes_a_simulator_that_sells_too_much(sim: LearnedSimulator) -> None:
+    from dataclasses import replace
+
+    from transferlab.simulator.envs.campaign import run_policy
+    from transferlab.simulator.policies import NoCampaign
+
+    def orders(s: LearnedSimulator) -> float:
+        res = run_policy(s.market(n_envs=32, n_customers=600, seed=5), NoCampaign(), SHORT, seed=5)
+        return float(res["outcome"][:, 0].sum())
+
+    eager = LearnedSimulator(sim.config, replace(sim.params, base=sim.params.base + 0.4), sim.report)
+    truth, before = orders(sim), orders(eager)
+    none = pd.DataFrame({"action_index": [ACTION], "orders": [1.0]})
+    fixed = calibrate(eager, none, none, totals=(truth, before), shrinkage=1e9)
+    assert fixed.report["calibration"][-1]["level_shift"] == pytest.approx(np.log(truth / before), abs=1e-4)
+    assert abs(orders(fixed) - truth) < 0.3 * abs(before - truth)
 
 
 @pytest.mark.slow

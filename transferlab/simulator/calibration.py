@@ -23,7 +23,7 @@ again. The result is a new simulator (the old one is untouched); its report reco
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ import pandas as pd
 
 from transferlab.simulator.envs.campaign import EpisodeConfig, WorldMarket, run_policy
 from transferlab.simulator.learned import LearnedSimulator
-from transferlab.simulator.market import CATALOG
+from transferlab.simulator.market import CATALOG, DAY_KEYS
 from transferlab.simulator.policies import Policy
 
 
@@ -54,8 +54,14 @@ def _per_action(df: pd.DataFrame, what: str) -> pd.DataFrame:
     return df.groupby("action_index")["orders"].agg(["sum", "count", "mean"])
 
 
-def offer_shifts(observed: pd.DataFrame, predicted: pd.DataFrame, shrinkage: float = 5.0) -> np.ndarray:
-    """Log-odds shift per catalog action (len(CATALOG),), from observed vs predicted campaign orders."""
+def offer_shifts(
+    observed: pd.DataFrame, predicted: pd.DataFrame, shrinkage: float = 5.0, level: float = 0.0
+) -> np.ndarray:
+    """Log-odds shift per catalog action (len(CATALOG),), from observed vs predicted campaign orders.
+
+    ``level`` is a shift already applied to every purchase (:func:`level_shift`); each action's
+    shift is what remains of its log-ratio after it.
+    """
     if observed.empty:
         raise CalibrationError("no outcomes to calibrate with: give at least one matured campaign")
     obs, pred = _per_action(observed, "observed"), _per_action(predicted, "predicted")
@@ -67,7 +73,8 @@ def offer_shifts(observed: pd.DataFrame, predicted: pd.DataFrame, shrinkage: flo
             raise CalibrationError(f"no prediction for action {a} ({CATALOG[a]}): predict it first")
         n = float(row["count"])
         predicted_sum = float(pred["mean"][a]) * n
-        shifts[a] = n / (n + shrinkage) * np.log((float(row["sum"]) + 1.0) / (predicted_sum + 1.0))
+        ratio = np.log((float(row["sum"]) + 1.0) / (predicted_sum + 1.0))
+        shifts[a] = n / (n + shrinkage) * (ratio - level)
         known[a] = True
     discounts = np.array([a.discount for a in CATALOG])
     for d in np.unique(discounts[known]):
@@ -75,6 +82,20 @@ def offer_shifts(observed: pd.DataFrame, predicted: pd.DataFrame, shrinkage: flo
         pooled = float(shifts[same].mean()) * same.sum() / (same.sum() + shrinkage)
         shifts[(discounts == d) & ~known & (np.arange(len(CATALOG)) > 0)] = pooled
     return shifts
+
+
+def level_shift(observed_orders: float, predicted_orders: float) -> float:
+    """Log-odds shift of every purchase so the simulator's total orders match the world's.
+
+    >>> round(level_shift(900.0, 1000.0), 4)  # the simulator sold 11% too much
+    -0.1054
+    """
+    if observed_orders <= 0 or predicted_orders <= 0:
+        raise CalibrationError(
+            f"shop totals must be positive to calibrate the level (observed {observed_orders}, "
+            f"predicted {predicted_orders})"
+        )
+    return float(np.log(observed_orders / predicted_orders))
 
 
 def predict_single_campaigns(
@@ -101,15 +122,18 @@ def calibrate(
     observed: pd.DataFrame,
     predicted: pd.DataFrame | None = None,
     *,
+    totals: tuple[float, float] | None = None,
     shrinkage: float = 5.0,
     seed: int = 0,
 ) -> LearnedSimulator:
-    """A new simulator whose offer response matches the observed campaign outcomes more closely.
+    """A new simulator whose purchase level and offer response match what came back from the world.
 
     Args:
         observed: one row per campaign that came back: ``action_index`` and matured ``orders``.
         predicted: the simulator's predictions for those campaigns (same columns); actions without
             one (or all, when None) are predicted by :func:`predict_single_campaigns`.
+        totals: (observed, predicted) shop-wide orders over the same deployment, when the shop's
+            totals came back too: every purchase's log-odds moves by :func:`level_shift` first.
         shrinkage: pseudo-count of campaigns the simulator's own estimate is worth.
     """
     if shrinkage < 0:
@@ -120,17 +144,20 @@ def calibrate(
     if len(missing):
         extra = predict_single_campaigns(sim, missing, seed=seed)
         predicted = pd.concat([predicted, extra], ignore_index=True) if len(predicted) else extra
-    shifts = offer_shifts(observed, predicted, shrinkage)
+    level = level_shift(*totals) if totals is not None else 0.0
+    shifts = offer_shifts(observed, predicted, shrinkage, level)
     offer = sim.params.offer + shifts[None, :, None].astype(sim.params.offer.dtype)
+    base = sim.params.base + np.asarray(level, dtype=sim.params.base.dtype)
     report: dict[str, Any] = dict(sim.report)
-    rounds = [*report.get("calibration", []), _shift_summary(observed, shifts)]
+    rounds = [*report.get("calibration", []), _shift_summary(observed, shifts, level)]
     report["calibration"] = rounds
-    return LearnedSimulator(sim.config, replace(sim.params, offer=offer), report)
+    return LearnedSimulator(sim.config, replace(sim.params, offer=offer, base=base), report)
 
 
-def _shift_summary(observed: pd.DataFrame, shifts: np.ndarray) -> dict[str, Any]:
+def _shift_summary(observed: pd.DataFrame, shifts: np.ndarray, level: float) -> dict[str, Any]:
     used = sorted({int(a) for a in observed["action_index"]})
     return {
+        "level_shift": round(level, 4),
         "campaigns": len(observed),
         "actions": len(used),
         "shifts": {str(CATALOG[a]): round(float(shifts[a]), 4) for a in used},
@@ -161,20 +188,36 @@ def deployment_outcomes(
     episodes: int,
     seed: int,
     episode: EpisodeConfig | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> Deployment:
     """Run each policy in the world of the logs' ``manifest`` (the "real" deployment, continuing
     after the logged history) and in the simulator under the same policy; returns (observed,
-    predicted) campaign orders per campaign."""
+    predicted) campaign orders per campaign and the shop's total orders in both."""
     observed, predicted = [], []
+    totals = np.zeros(2)
     promo_days = int(sim.params.promo_days)
     for i, policy in enumerate(panel.values()):
         market = WorldMarket.from_manifest(dict(world), n_envs=episodes, seed=seed + 101 * i)
-        run_policy(market, policy, episode, seed=seed + i)
+        world_run = run_policy(market, policy, episode, seed=seed + i)
         observed.append(world_campaigns(market, promo_days))
         n_customers = int(world["world"]["n_customers"])
         sim_market = sim.market(n_envs=episodes, n_customers=n_customers, seed=seed + i)
-        run_policy(sim_market, policy, episode, seed=seed + i)
+        sim_run = run_policy(sim_market, policy, episode, seed=seed + i)
         frame = sim_market.campaign_outcomes().frame()
         closed = frame["day"] + promo_days < sim_market.day
         predicted.append(frame.loc[closed, ["action_index", "orders"]])
-    return pd.concat(observed, ignore_index=True), pd.concat(predicted, ignore_index=True)
+        orders = DAY_KEYS.index("orders")
+        totals += [world_run["outcome"][:, orders].sum(), sim_run["outcome"][:, orders].sum()]
+    return Deployment(
+        pd.concat(observed, ignore_index=True),
+        pd.concat(predicted, ignore_index=True),
+        (float(totals[0]), float(totals[1])),
+    )
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What came back from running policies in the world, beside the simulator's predictions."""
+
+    observed: pd.DataFrame  # per campaign: action_index, orders (offer window closed)
+    predicted: pd.DataFrame  # the same in the simulator, under the same policies
+    totals: tuple[float, float]  # shop-wide orders: (world, simulator)

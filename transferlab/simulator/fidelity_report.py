@@ -100,16 +100,17 @@ def run_fidelity(
     say("the panel in the learned simulator")
     before = in_sim(sim)
     say(f"deployment: the panel in the world again ({deploy_episodes} episodes each), results come back")
-    observed, predicted = deployment_outcomes(
+    deployed = deployment_outcomes(
         sim, logs.manifest, panel, episodes=deploy_episodes, seed=seed + 1000, episode=episode
     )
-    calibrated = calibrate(sim, observed, predicted, seed=seed)
+    calibrated = calibrate(sim, deployed.observed, deployed.predicted, totals=deployed.totals, seed=seed)
     say("the panel in the calibrated simulator")
     after = in_sim(calibrated)
     summary = {
         "episodes": episodes,
         "deploy_episodes": deploy_episodes,
-        "calibration_campaigns": len(observed),
+        "calibration_campaigns": len(deployed.observed),
+        "calibration_level_shift": calibrated.report["calibration"][-1]["level_shift"],
         "before": before.summary(),
         "after": after.summary(),
     }
@@ -153,6 +154,8 @@ def _write_report(
     top = sorted(last["shifts"].items(), key=lambda kv: -abs(kv[1]))[:10]
     report.heading("Calibration")
     report.paragraph(
+        f"Shop totals: every purchase's log-odds moved by {last['level_shift']:+.3f} (the world's "
+        "total orders over the simulator's, from the deployment). Campaigns: "
         f"{last['campaigns']} campaigns over {last['actions']} catalog actions; mean |shift| of the "
         f"offer log-odds over all actions {last['mean_abs_shift_all_actions']:.3f}. Largest shifts:"
     )
