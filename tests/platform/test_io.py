@@ -78,3 +78,18 @@ def test_parquet_roundtrip_and_failure_cleanup(tmp_path: Path) -> None:
         atomic_write_parquet(target, bad)
     pd.testing.assert_frame_equal(pd.read_parquet(target), df)
     assert _leftovers(target.parent) == []
+
+
+def test_atomic_directory_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    from transferlab.platform.io import atomic_directory
+
+    with atomic_directory(tmp_path / "out") as tmp:
+        (tmp / "a.txt").write_text("a")
+        assert not (tmp_path / "out").exists()  # nothing at the target while the block runs
+    assert (tmp_path / "out" / "a.txt").read_text() == "a"
+    with pytest.raises(RuntimeError, match="boom"), atomic_directory(tmp_path / "broken") as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no target, no temporary left
+    with pytest.raises(FileExistsError, match="not empty"), atomic_directory(tmp_path / "out"):
+        pass

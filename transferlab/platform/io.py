@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_parquet", "atomic_write_text"]
+__all__ = [
+    "atomic_directory",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_parquet",
+    "atomic_write_text",
+]
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -49,6 +58,32 @@ def _commit(tmp: Path, path: Path) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Fill a new directory that appears at ``path`` all at once, or not at all.
+
+    The block writes into a temporary sibling directory (yielded); when it ends without an error the
+    sibling is renamed to ``path`` (which must not exist or be empty), otherwise it is removed::
+
+        with atomic_directory("runs/sim") as tmp:
+            (tmp / "params.npz").write_bytes(data)
+    """
+    out = Path(path)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} already exists and is not empty: choose a new directory or remove it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+        _fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

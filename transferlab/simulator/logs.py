@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from transferlab.platform.io import atomic_write_json
+from transferlab.platform.io import atomic_directory, atomic_write_json
 from transferlab.simulator.behaviour import MarketerPolicy
 from transferlab.simulator.market import CATEGORIES, OUTCOME_KEYS
 from transferlab.simulator.world import RETENTION_HORIZONS, MarketWorld
@@ -180,18 +178,10 @@ def write_logs(logs: Logs, out: str | os.PathLike[str]) -> Path:
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise LogError(f"{out} already exists and is not empty: choose a new directory or remove it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         for name in LOG_FILES:
             getattr(logs, name).to_parquet(tmp / f"{name}.parquet", index=False)
         atomic_write_json(tmp / "manifest.json", logs.manifest)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 import io
 import math
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from transferlab.platform.config import ConfigError
-from transferlab.platform.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from transferlab.platform.io import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
 from transferlab.simulator.learned.fit import SimFitConfig, fit_simulator
 from transferlab.simulator.learned.market import SimMarket, SimParams
 from transferlab.simulator.logs import Logs
@@ -69,21 +67,13 @@ class LearnedSimulator:
             raise SimulatorError(
                 f"{out} already exists and is not empty: choose a new directory or remove it"
             )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
+        with atomic_directory(out) as tmp:
             self.config.save(tmp / "config.json")
             buffer = io.BytesIO()
             np.savez_compressed(buffer, allow_pickle=False, **self.params.to_arrays())
             atomic_write_bytes(tmp / "params.npz", buffer.getvalue())
             atomic_write_json(tmp / "fit_report.json", _jsonable(self.report))
             atomic_write_text(tmp / "fit_report.md", report_markdown(self.report))
-            if out.exists():
-                out.rmdir()
-            tmp.rename(out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
 
     @classmethod
