@@ -138,3 +138,22 @@ def test_a_fork_keeps_the_past_and_pending_events_and_has_its_own_future() -> No
     world.env.run(until=20.5)
     with pytest.raises(RuntimeError, match="day boundary"):
         world.fork(seed=3)
+
+
+def test_order_values_and_inter_purchase_times_match_cdnow() -> None:
+    # the CDNOW sample (cdnow_prior.json): order value mean $36.0 / median $26.1, days between one
+    # customer's purchases mean 46.0 / median 27; the world without campaigns over CDNOW's 39 weeks
+    import json
+    from importlib import resources
+
+    cdnow = json.loads(
+        resources.files("transferlab.simulator").joinpath("data", "cdnow_prior.json").read_text()
+    )
+    world = run(MarketWorld(WorldConfig(n_customers=5000, seed=4)), 273)
+    events = world.event_frame()
+    bought = events[events.event == "purchase"].drop_duplicates(["customer", "day"])  # one a day, as CDNOW
+    gaps = bought.sort_values(["customer", "day"]).groupby("customer")["day"].diff().dropna()
+    assert bought["list_value"].mean() == pytest.approx(cdnow["spend_mean"], rel=0.15)
+    assert bought["list_value"].median() == pytest.approx(cdnow["spend_median"], rel=0.15)
+    assert gaps.mean() == pytest.approx(cdnow["inter_purchase_days_mean"], rel=0.2)
+    assert gaps.median() == pytest.approx(cdnow["inter_purchase_days_median"], rel=0.25)
