@@ -365,7 +365,7 @@ def test_local_workers_follow_the_learner_and_lose_only_the_failing_chunk(
 ) -> None:
     """Two spawned worker processes with LoRA. Steps 0 and 1 draw good tasks: the workers, loading the
     saved base and receiving the trained adapters each step, sample exactly what the inline worker
-    (the learner's own model; same single-threaded CPU ops) samples, so both runs train identically.
+    (the learner's own model; same single-threaded CPU ops) samples, so both runs train alike.
     Step 2 draws one task that makes its worker raise: only that group's chunk is lost (inline runs a
     step as one chunk, so there the whole step would fail; it is compared on steps 0 and 1 only)."""
     poison = toy_repo_tasks()[0][0]
@@ -396,10 +396,14 @@ def test_local_workers_follow_the_learner_and_lose_only_the_failing_chunk(
     assert step0["rollout/episodes"] == step1["rollout/episodes"] == 8
     assert "loss/total" in step0 and "loss/total" in step1  # the adapters moved before step 1 sampled
     assert step2["rollout/lost_episodes"] == 4 and step2["rollout/episodes"] == 4
-    for key in ("rollout/return", "rollout/action_tokens", "loss/total", "train/grad_norm"):
+    for key in ("rollout/return", "rollout/action_tokens"):  # the very same tokens were sampled
         assert [h[key] for h in local[:2]] == [h[key] for h in inline[:2]], key
+    # the sampling-time log-probs come from another model instance (the saved base plus the adapters
+    # in a spawned process), equal to float rounding only: the losses and weights agree to ~1e-6
+    for key in ("loss/total", "train/grad_norm"):
+        assert [h[key] for h in local[:2]] == pytest.approx([h[key] for h in inline[:2]], rel=1e-4), key
     for want, got in zip(inline_states[:2], local_states[:2], strict=True):
-        assert all(torch.equal(want[n], got[n]) for n in want)
+        assert all(torch.allclose(want[n], got[n], rtol=1e-4, atol=1e-6) for n in want)
 
 
 @pytest.fixture(scope="module")
