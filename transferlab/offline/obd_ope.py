@@ -15,15 +15,27 @@ still ignores BTS's drift over the week.)
 The reward model for DM/DR/SNDR/Switch-DR is a per-(item, position) click rate fitted on the random log,
 smoothed towards the position's click rate (a Beta prior of strength :data:`PRIOR_STRENGTH`).
 
-Run ``python -m transferlab.offline.obd_ope [random.csv bts.csv]`` for the table in
-``docs/results/obd_ope.md``.
+The reverse direction (:func:`evaluate_random_on_bts`) swaps the roles: the *uniform random* policy
+(``1/n_items`` for every item at every position) is estimated from the BTS log, with BTS's logged
+propensities as the behaviour policy and the reward model fitted on the BTS log; the truth is the random
+log's own click rate. BTS concentrates on a few items, so the importance weights are large (up to
+``pscore``'s inverse over ``n_items``) and the effective sample is small: this direction exists to
+show that :func:`~transferlab.offline.ope.coverage` flags such an estimate as untrustworthy.
+
+Coverage on OBD is judged with :data:`OBD_MIN_ESS_SHARE` (10% of n) rather than the generic 1% of
+:data:`~transferlab.offline.ope.MIN_ESS_SHARE`: clicks are rare (about 0.5%), so an effective sample of
+1% of 10,000 rows carries about half an expected click, and even 10% only about five.
+
+:func:`ope_obd` runs both directions and returns the JSON-ready summary behind
+``transferlab offline ope-obd``; ``python -m transferlab.offline.obd_ope [random.csv bts.csv]`` prints the
+forward table of ``docs/results/obd_ope.md``.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -34,13 +46,16 @@ from transferlab.simulator.realdata.obd import ObdLog, load_obd
 
 __all__ = [
     "ESTIMATORS",
+    "OBD_MIN_ESS_SHARE",
     "PRIOR_STRENGTH",
     "SWITCH_TAU",
     "ObdOpeResult",
     "bts_action_dist",
     "click_model",
     "evaluate_bts_on_random",
+    "evaluate_random_on_bts",
     "format_table",
+    "ope_obd",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -51,6 +66,10 @@ ESTIMATORS: tuple[Estimator, ...] = ("dm", "ips", "snips", "dr", "sndr", "switch
 PRIOR_STRENGTH = 100.0
 #: Switch-DR keeps DR's correction where the importance weight is at most this.
 SWITCH_TAU = 10.0
+#: Coverage fails on OBD when the importance weights' effective sample is below this share of n. The
+#: generic :data:`~transferlab.offline.ope.MIN_ESS_SHARE` (1%) is meant for rewards that are not rare;
+#: at OBD's ~0.5% click rate, 10% of 10,000 rows is ~5 expected clicks, the least we accept.
+OBD_MIN_ESS_SHARE = 0.10
 
 
 class ObdOpeResult(TypedDict):
@@ -110,27 +129,116 @@ def evaluate_bts_on_random(
     the standard approximation when BTS's own per-context probabilities are unavailable) and the
     reward model. Every interval is a seeded percentile bootstrap with ``n_boot`` resamples.
     """
+    n_items, n_positions = _shape(random_log, bts_log)
+    target = bts_action_dist(bts_log, n_items, n_positions)
+    return _evaluate(random_log, target, bts_log, seed=seed, n_boot=n_boot, level=level)
+
+
+def evaluate_random_on_bts(
+    random_log: ObdLog, bts_log: ObdLog, seed: int = 0, *, n_boot: int = 2000, level: float = 0.95
+) -> ObdOpeResult:
+    """The reverse direction: estimate the uniform random policy's click rate from ``bts_log``.
+
+    Behaviour policy: BTS with its logged propensities; target: ``1/n_items`` for every item at every
+    position; reward model fitted on ``bts_log``; truth: ``random_log``'s observed click rate. Expect
+    ``coverage.trustworthy`` to be False (see the module docstring).
+    """
+    n_items, n_positions = _shape(random_log, bts_log)
+    target = np.full((n_positions, n_items), 1.0 / n_items)
+    return _evaluate(bts_log, target, random_log, seed=seed, n_boot=n_boot, level=level)
+
+
+def _shape(random_log: ObdLog, bts_log: ObdLog) -> tuple[int, int]:
+    """``(n_items, n_positions)`` shared by both logs; a ValueError when they are different campaigns."""
     if random_log.n_items != bts_log.n_items:
         raise ValueError(
             f"the logs have different item counts ({random_log.n_items} vs {bts_log.n_items}); "
             "pass the random and bts logs of the same campaign"
         )
-    n_items = random_log.n_items
-    n_positions = max(random_log.n_positions, bts_log.n_positions)
-    fb = random_log.to_bandit_feedback()
-    target = bts_action_dist(bts_log, n_items, n_positions)[fb.position]
+    return random_log.n_items, max(random_log.n_positions, bts_log.n_positions)
+
+
+def _evaluate(
+    behaviour_log: ObdLog, target: FloatArray, truth_log: ObdLog, *, seed: int, n_boot: int, level: float
+) -> ObdOpeResult:
+    """Estimate the click rate of ``target`` (``(n_positions, n_items)``) on ``behaviour_log``.
+
+    The reward model is fitted on ``behaviour_log``; the truth is ``truth_log``'s observed click rate.
+    """
+    n_positions, n_items = target.shape
+    fb = behaviour_log.to_bandit_feedback()
+    dist = target[fb.position]
     q_table = click_model(fb.action, fb.position, fb.reward, n_items, n_positions)
-    data = BanditData(fb.action, fb.reward.astype(np.float64), fb.pscore, target, q_table[fb.position])
+    data = BanditData(fb.action, fb.reward.astype(np.float64), fb.pscore, dist, q_table[fb.position])
     estimates: dict[str, Interval] = {
         name: bootstrap_estimate(name, data, n_boot=n_boot, level=level, seed=seed, tau=SWITCH_TAU)
         for name in ESTIMATORS
     }
-    actual = bootstrap_ci(bts_log.click.astype(np.float64), n_boot=n_boot, level=level, seed=seed)
+    actual = bootstrap_ci(truth_log.click.astype(np.float64), n_boot=n_boot, level=level, seed=seed)
+    if actual.estimate <= 0.0:
+        raise ValueError(
+            f"the log giving the true click rate ({truth_log.source or 'in memory'}) has no clicks, so the "
+            "relative error is undefined; pass a log with at least one click"
+        )
     rel: dict[str, float] = {
         name: abs(iv.estimate - actual.estimate) / actual.estimate for name, iv in estimates.items()
     }
-    cov = coverage(fb.action, fb.pscore, target)
+    cov = coverage(fb.action, fb.pscore, dist, min_ess_share=OBD_MIN_ESS_SHARE)
     return {"estimates": estimates, "actual": actual, "relative_error": rel, "coverage": cov}
+
+
+def _direction_summary(result: ObdOpeResult, behaviour: str, target: str) -> dict[str, Any]:
+    """One direction of :func:`ope_obd`'s JSON."""
+    cov = result["coverage"]
+    actual = result["actual"]
+    return {
+        "truth": actual.estimate,
+        "truth_ci": [actual.low, actual.high],
+        "estimates": {
+            name: {
+                "value": iv.estimate,
+                "ci": [iv.low, iv.high],
+                "relative_error": result["relative_error"][name],
+            }
+            for name, iv in result["estimates"].items()
+        },
+        "coverage": {
+            "ess": cov.ess,
+            "max_weight": cov.max_weight,
+            "unsupported_mass": cov.unsupported_mass,
+            "trusted": cov.trustworthy,
+            "ess_share": cov.ess_share,
+            "reason": cov.reason,
+        },
+        "n": next(iter(result["estimates"].values())).n,
+        "behaviour": behaviour,
+        "target": target,
+    }
+
+
+def ope_obd(
+    random_log: ObdLog, bts_log: ObdLog, seed: int = 0, *, n_boot: int = 2000, level: float = 0.95
+) -> dict[str, dict[str, Any]]:
+    """Both directions as a JSON-ready dict: ``{"forward": D, "reverse": D}``.
+
+    ``forward`` estimates BTS from the random log (:func:`evaluate_bts_on_random`), ``reverse`` the
+    uniform random policy from the BTS log (:func:`evaluate_random_on_bts`). Each ``D`` is::
+
+        {"truth": float, "truth_ci": [lo, hi], "n": int, "behaviour": str, "target": str,
+         "estimates": {name: {"value": float, "ci": [lo, hi], "relative_error": float}},
+         "coverage": {"ess": float, "max_weight": float, "unsupported_mass": float, "trusted": bool,
+                      "ess_share": float, "reason": str | None}}
+
+    for ``name`` in :data:`ESTIMATORS`.
+    """
+    forward = evaluate_bts_on_random(random_log, bts_log, seed=seed, n_boot=n_boot, level=level)
+    reverse = evaluate_random_on_bts(random_log, bts_log, seed=seed, n_boot=n_boot, level=level)
+    return {
+        "forward": _direction_summary(
+            forward, "uniform random (random log)", "BTS (empirical item distribution per position)"
+        ),
+        "reverse": _direction_summary(reverse, "BTS (bts log, logged pscore)", "uniform random"),
+    }
 
 
 def format_table(result: ObdOpeResult, spec: str = ".5f") -> str:

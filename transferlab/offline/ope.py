@@ -320,8 +320,8 @@ class Coverage:
         max_weight: the largest importance weight.
         unsupported_mass: mean target probability on rare (never or almost never logged) actions.
         rare_actions: the indices of those actions.
-        trustworthy: False when ESS is below ``MIN_ESS_SHARE * n`` or the unsupported mass is above
-            ``MAX_UNSUPPORTED_MASS``.
+        trustworthy: False when ESS is below ``min_ess_share * n`` (default :data:`MIN_ESS_SHARE`) or
+            the unsupported mass is above ``MAX_UNSUPPORTED_MASS``.
         reason: why it is not trustworthy (``None`` when it is).
     """
 
@@ -346,12 +346,15 @@ def coverage(
     action_dist: npt.ArrayLike,
     logged_counts: npt.ArrayLike | None = None,
     rare: float = RARE_ACTION_SHARE,
+    *,
+    min_ess_share: float = MIN_ESS_SHARE,
 ) -> Coverage:
     """Coverage diagnostics for evaluating ``action_dist`` on logs with ``actions`` and ``pscore``.
 
     ``logged_counts`` (``(n_actions,)``) defaults to the counts of ``actions``; pass counts from the
     full log when ``actions`` is a subset. An action is rare when its share of the counts is below
-    ``rare`` (an action never taken always is).
+    ``rare`` (an action never taken always is). ``min_ess_share`` replaces :data:`MIN_ESS_SHARE` for
+    callers that know their rewards are rare enough to need a larger effective sample.
     """
     act, ps, dist = _validate_policy_arrays(actions, pscore, action_dist)
     n, n_actions = dist.shape
@@ -369,9 +372,9 @@ def coverage(
     ess = effective_sample_size(w)
     unsupported = float(np.mean(dist[:, rare_mask].sum(axis=1)))
     reasons = []
-    if ess < MIN_ESS_SHARE * n:
+    if ess < min_ess_share * n:
         reasons.append(
-            f"effective sample size {ess:.1f} is below {MIN_ESS_SHARE:.0%} of n={n}: "
+            f"effective sample size {ess:.1f} is below {min_ess_share:.0%} of n={n}: "
             "the target policy is far from the logging policy"
         )
     if unsupported > MAX_UNSUPPORTED_MASS:

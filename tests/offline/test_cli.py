@@ -1,0 +1,169 @@
+"""`transferlab offline ope-obd`: both OPE directions on the Open Bandit Dataset, from the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from typer.testing import CliRunner
+
+from transferlab.offline.obd_ope import ESTIMATORS
+from transferlab.platform.cli import app
+
+runner = CliRunner()
+
+DIRECTION_KEYS = {"truth", "truth_ci", "estimates", "coverage", "n", "behaviour", "target"}
+COVERAGE_KEYS = {"ess", "max_weight", "unsupported_mass", "trusted", "ess_share", "reason"}
+
+
+def _csv(path: Path, propensity: list[float], n: int, seed: int) -> Path:
+    """A small OBD-shaped log: item ``i`` shown with ``propensity[i]``, clicked with a per-item rate."""
+    rng = np.random.default_rng(seed)
+    probs = np.asarray(propensity)
+    ctr = np.array([0.02, 0.30, 0.10, 0.20, 0.05])
+    item = rng.choice(len(probs), size=n, p=probs)
+    frame = pd.DataFrame(
+        {
+            "timestamp": pd.Timestamp("2019-11-24", tz="UTC") + pd.to_timedelta(np.arange(n), unit="s"),
+            "item_id": item,
+            "position": rng.integers(1, 4, size=n),
+            "click": (rng.random(n) < ctr[item]).astype(int),
+            "propensity_score": probs[item],
+            "user_feature_0": rng.choice(["u0", "u1"], size=n),
+        }
+    )
+    for i in range(len(probs)):
+        frame[f"user-item_affinity_{i}"] = 0.0
+    frame.to_csv(path, index=True)
+    return path
+
+
+def _check_shape(out: dict[str, dict[str, object]]) -> None:
+    assert set(out) == {"forward", "reverse"}
+    for direction in out.values():
+        assert set(direction) == DIRECTION_KEYS
+        estimates = direction["estimates"]
+        assert isinstance(estimates, dict) and set(estimates) == set(ESTIMATORS)
+        for est in estimates.values():
+            assert set(est) == {"value", "ci", "relative_error"}
+            assert len(est["ci"]) == 2
+        coverage = direction["coverage"]
+        assert isinstance(coverage, dict) and set(coverage) == COVERAGE_KEYS
+
+
+def test_ope_obd_json_on_the_real_logs(shared_data: Callable[[str], Path]) -> None:
+    random_csv = shared_data("obd/random/men/men.csv")
+    bts_csv = shared_data("obd/bts/men/men.csv")
+    result = runner.invoke(
+        app,
+        [
+            "offline",
+            "ope-obd",
+            "--behavior",
+            str(random_csv),
+            "--evaluation",
+            str(bts_csv),
+            "--json",
+            "--n-boot",
+            "200",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    _check_shape(out)
+    forward, reverse = out["forward"], out["reverse"]
+    assert forward["coverage"]["trusted"] is True
+    assert forward["coverage"]["reason"] is None
+    for name, est in forward["estimates"].items():
+        assert math.isfinite(est["relative_error"]), name
+        assert est["ci"][0] <= est["value"] <= est["ci"][1], name
+    assert 0.0 < forward["truth"] < 0.05
+    assert reverse["coverage"]["trusted"] is False
+    assert "effective sample size" in reverse["coverage"]["reason"]
+    assert reverse["coverage"]["max_weight"] > 100.0
+
+
+def test_ope_obd_table_flags_the_reverse_direction(tmp_path: Path) -> None:
+    random_csv = _csv(tmp_path / "random.csv", [0.2] * 5, 3000, seed=1)
+    bts_csv = _csv(tmp_path / "bts.csv", [0.96, 0.01, 0.01, 0.01, 0.01], 3000, seed=2)
+    result = runner.invoke(
+        app,
+        [
+            "offline",
+            "ope-obd",
+            "--behavior",
+            str(random_csv),
+            "--evaluation",
+            str(bts_csv),
+            "--n-boot",
+            "100",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    forward, reverse = result.stdout.split("reverse:")
+    assert "forward:" in forward and "UNTRUSTWORTHY" not in forward
+    for name in (*ESTIMATORS, "truth"):
+        assert name in forward and name in reverse
+    assert "UNTRUSTWORTHY: effective sample size" in reverse
+
+
+def test_ope_obd_json_is_the_only_stdout(tmp_path: Path) -> None:
+    random_csv = _csv(tmp_path / "random.csv", [0.2] * 5, 1000, seed=1)
+    bts_csv = _csv(tmp_path / "bts.csv", [0.3, 0.1, 0.2, 0.1, 0.3], 1000, seed=2)
+    result = runner.invoke(
+        app,
+        [
+            "offline",
+            "ope-obd",
+            "--behavior",
+            str(random_csv),
+            "--evaluation",
+            str(bts_csv),
+            "--json",
+            "--n-boot",
+            "50",
+            "--seed",
+            "3",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    _check_shape(out)
+    assert out["reverse"]["coverage"]["trusted"] is True  # mild skew: every weight is in [0.67, 2]
+
+
+def test_ope_obd_bad_path_exits_2_with_one_line(tmp_path: Path) -> None:
+    good = _csv(tmp_path / "random.csv", [0.2] * 5, 100, seed=1)
+    missing = tmp_path / "nope.csv"
+    result = runner.invoke(
+        app, ["offline", "ope-obd", "--behavior", str(good), "--evaluation", str(missing), "--json"]
+    )
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: --evaluation:") and "not found" in lines[0]
+
+
+def test_ope_obd_malformed_file_and_bad_option_exit_2(tmp_path: Path) -> None:
+    good = _csv(tmp_path / "random.csv", [0.2] * 5, 100, seed=1)
+    junk = tmp_path / "junk.csv"
+    junk.write_text("a,b\n1,2\n")
+    result = runner.invoke(app, ["offline", "ope-obd", "--behavior", str(junk), "--evaluation", str(good)])
+    assert result.exit_code == 2
+    assert "error: --behavior:" in result.stderr and "missing column" in result.stderr
+    result = runner.invoke(
+        app, ["offline", "ope-obd", "--behavior", str(good), "--evaluation", str(good), "--n-boot", "0"]
+    )
+    assert result.exit_code == 2
+    assert "--n-boot must be a positive" in result.stderr
+
+
+def test_offline_help_lists_the_command() -> None:
+    result = runner.invoke(app, ["offline", "--help"])
+    assert result.exit_code == 0
+    assert "ope-obd" in result.stdout and "off-policy evaluation" in result.stdout
