@@ -24,7 +24,8 @@ Validation names the bad rows: missing columns, NaN rewards or observations, pro
 (0, 1], actions off the catalog.
 
 >>> import pandas as pd
->>> [round(float(x), 3) for x in discount_to_continuous(pd.Series([0.0, 0.1, 0.3]), pd.Series([False, True, True]))]
+>>> a = discount_to_continuous(pd.Series([0.0, 0.1, 0.3]), pd.Series([False, True, True]))
+>>> [round(float(x), 3) for x in a]
 [-1.0, -0.333, 1.0]
 >>> [CATALOG[i].discount for i in continuous_to_catalog(np.array([[-1.0], [-0.3], [0.9]]))]
 [0.0, 0.1, 0.3]
@@ -313,7 +314,7 @@ def build_dataset(
             f"no complete episode of {config.horizon} days in the logs: generate longer logs, "
             "lower the horizon, or pass keep_partial=True"
         )
-    return OfflineDataset(config=config, **arrays)  # type: ignore[arg-type]
+    return OfflineDataset(config=config, **arrays)
 
 
 def _build_one(frame: pd.DataFrame, config: DatasetConfig) -> dict[str, np.ndarray]:
