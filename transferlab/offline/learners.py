@@ -415,7 +415,8 @@ class Learner:
         if per_epoch <= 0:
             raise ValueError(f"n_steps_per_epoch must be > 0, got {n_steps_per_epoch}")
         self.build(dataset)
-        # Reseed per call, offset by the steps done, so a continued fit does not replay the same batches.
+        # Reseed after building (so build-then-fit equals fit) and offset by the steps done, so that a
+        # continued fit does not replay the same batches. d3rlpy then logs "Skip building models": harmless.
         _seed(self.config.seed + int(self.algo.grad_step))
 
         history: dict[str, list[float]] = {}
