@@ -180,6 +180,21 @@ def test_wrong_action_kind_is_rejected(name: str, datasets: dict[str, MDPDataset
         learner.fit(wrong, 10)
 
 
+def test_fit_continues_and_checks_shapes(datasets: dict[str, MDPDataset]) -> None:
+    learner = learner_config("dqn").create()
+    learner.fit(datasets["discrete"], 10)
+    history = learner.fit(datasets["discrete"], 5)
+    assert learner.algo.grad_step == 15 and history["offline/step"] == [5.0]
+    rng = np.random.default_rng(0)
+    other = MDPDataset(
+        rng.normal(size=(20, 3)).astype(np.float32), np.arange(20) % 2, np.zeros(20), np.ones(20)
+    )
+    with pytest.raises(ValueError, match="create a new learner"):
+        learner.fit(other, 5)
+    with pytest.raises(ValueError, match="n_steps"):
+        learner.fit(datasets["discrete"], 0)
+
+
 def test_continuous_actions_outside_unit_box_are_rejected() -> None:
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(20, 2)).astype(np.float32)
@@ -200,8 +215,11 @@ def test_unfitted_learner_cannot_predict_or_save(tmp_path: Path) -> None:
 def test_load_from_a_non_learner_directory(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not a saved learner"):
         load_learner(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({"name": "nope"}))
     (tmp_path / "model.d3").write_bytes(b"")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_learner(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"name": "nope"}))
     with pytest.raises(ValueError, match="valid names"):
         load_learner(tmp_path)
 

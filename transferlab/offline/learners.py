@@ -517,7 +517,12 @@ def load_learner(path: str | os.PathLike[str]) -> Learner:
             f"{root} is not a saved learner: it needs {CONFIG_FILE} and {MODEL_FILE} "
             "(written by Learner.save)"
         )
-    data = json.loads(config_file.read_text())
+    try:
+        data = json.loads(config_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{config_file} is not valid JSON ({exc}); was it written by Learner.save?"
+        ) from None
     name = data.pop("name", None) if isinstance(data, dict) else None
     if name not in LEARNERS:
         raise ValueError(f"{config_file} names learner {name!r}; valid names: {', '.join(LEARNERS)}")
