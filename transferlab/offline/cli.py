@@ -3,6 +3,7 @@
 Commands::
 
     transferlab offline ope-obd --behavior RANDOM_CSV --evaluation BTS_CSV [--json] [--seed N] [--n-boot N]
+    transferlab offline train --logs DIR [--learner NAME|all ...] [--steps N] [--run-dir DIR] [--json]
 
 Exit codes: 0 done; 2 bad input (a file that is missing or malformed, a bad option).
 
@@ -110,3 +111,108 @@ def _print_direction(title: str, d: dict[str, Any]) -> None:
     if not cov["trusted"]:
         print(f"  UNTRUSTWORTHY: {cov['reason']}")
     print()
+
+
+# --------------------------------------------------------------------------------------------- train
+
+
+@app.command("train")
+def train_command(
+    logs: Annotated[
+        list[Path],
+        typer.Option("--logs", help="Log directory from `transferlab sim generate-logs` (repeat for more)."),
+    ],
+    learner: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--learner",
+            help="discrete_cql, discrete_bcq, discrete_bc, dqn, cql, iql, td3_plus_bc, or 'all' "
+            "(repeat for several; default discrete_cql).",
+            show_default=False,
+        ),
+    ] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Gradient steps per learner.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of learners and evaluation.")] = None,
+    episodes: Annotated[
+        int | None, typer.Option("--episodes", help="World/simulator evaluation episodes per policy.")
+    ] = None,
+    fqe_steps: Annotated[
+        int | None, typer.Option("--fqe-steps", help="FQE gradient steps per policy (0 skips FQE).")
+    ] = None,
+    simulator: Annotated[
+        bool, typer.Option("--simulator/--no-simulator", help="Also fit a simulator and evaluate in it.")
+    ] = False,
+    evaluate: Annotated[
+        bool, typer.Option("--evaluate/--no-evaluate", help="Evaluate after training.")
+    ] = True,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="A JSON/YAML OfflineTrainConfig (a run's config.json works).", show_default=False
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run-dir",
+            help="Run directory (default runs/offline-train/<time>); rerun with the same one to resume: "
+            "learners already saved there are loaded, not retrained.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
+) -> None:
+    """Train offline RL learners (d3rlpy) on campaign logs; value them in the world, by OPE and coverage."""
+    import json
+    import time
+
+    from transferlab.offline.datasets import DatasetError
+    from transferlab.offline.learners import LEARNERS
+    from transferlab.offline.train import OfflineTrainConfig, train_offline
+    from transferlab.platform.config import ConfigError
+    from transferlab.simulator.logs import LogError, read_logs
+
+    names = list(learner or [])
+    if "all" in names:
+        names = list(LEARNERS)
+    try:
+        base = OfflineTrainConfig.from_file(config) if config is not None else OfflineTrainConfig()
+        data = base.to_dict()
+        if names:
+            data["learners"] = names
+        if steps is not None:
+            data["steps"] = steps
+        if seed is not None:
+            data["seed"] = seed
+            data["evaluation"]["seed"] = seed
+        if episodes is not None:
+            data["evaluation"]["episodes"] = episodes
+        if fqe_steps is not None:
+            data["evaluation"]["fqe_steps"] = fqe_steps
+        data["fit_simulator"] = simulator or base.fit_simulator
+        data["evaluate"] = evaluate
+        cfg = OfflineTrainConfig.from_dict(data)
+        tables = [read_logs(p) for p in logs]
+    except (ConfigError, LogError, ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    out = run_dir or Path("runs") / "offline-train" / time.strftime("%Y%m%d-%H%M%S")
+    saved = out / "config.json"
+    if saved.is_file() and json.loads(saved.read_text()) != cfg.to_dict():
+        fail(f"{out} holds a run with another config: choose a new --run-dir, or rerun with the same options")
+    from transferlab.simulator.cli import _fraction_progress
+
+    try:
+        with _fraction_progress(quiet=as_json) as progress:
+            result = train_offline(tables, cfg, run_dir=out, progress=progress)
+    except DatasetError as exc:
+        fail(str(exc))
+    summary: dict[str, Any] = {"run_dir": str(out), "train_seconds": round(result.train_seconds, 1)}
+    if result.evaluation is not None:
+        summary.update(result.evaluation.to_dict())
+    if as_json:
+        print(json.dumps(summary))
+        return
+    print(f"dataset: {len(result.dataset)} logged days in {result.dataset.n_episodes} episodes")
+    if result.evaluation is not None:
+        print(result.evaluation.format_table())
+    print(f"run directory: {out} (report.md, result.json, learners/)")

@@ -110,8 +110,13 @@ class OfflineDataset:
     rewards: FloatArray
     terminals: npt.NDArray[np.bool_]
     episode: IntArray
+    """Episode id of each row (0, 1, ...; distinct across the logs)."""
     propensity: FloatArray
     matured: npt.NDArray[np.bool_]
+    days: IntArray
+    """The logged day of each row."""
+    source: IntArray
+    """Which of the campaign tables given to :func:`build_dataset` each row came from."""
     config: DatasetConfig
 
     def __len__(self) -> int:
@@ -128,6 +133,11 @@ class OfflineDataset:
         first = np.ones(len(self), dtype=bool)
         first[1:] = self.episode[1:] != self.episode[:-1]
         return first
+
+    def episode_starts(self) -> list[tuple[int, int]]:
+        """``(source, day)`` of every episode's first decision: which log and which logged day."""
+        first = self.initial
+        return list(zip(self.source[first].tolist(), self.days[first].tolist(), strict=True))
 
     def episode_returns(self) -> FloatArray:
         """Undiscounted return of every episode (the behaviour policy's realised value)."""
@@ -304,6 +314,8 @@ def build_dataset(
     if not frames:
         raise DatasetError("no campaign tables given: pass at least one log's campaigns table")
     parts = [_build_one(f, config) for f in frames]
+    for i, part in enumerate(parts):
+        part["source"] = np.full(part["actions"].shape, i, dtype=np.int64)
     offset = 0
     for part in parts:
         part["episode"] = part["episode"] + offset
@@ -368,6 +380,7 @@ def _build_one(frame: pd.DataFrame, config: DatasetConfig) -> dict[str, np.ndarr
         "episode": episode_dense,
         "propensity": frame["propensity"].to_numpy(dtype=np.float64)[rows],
         "matured": matured[rows],
+        "days": frame["day"].to_numpy(dtype=np.int64)[rows],
     }
 
 

@@ -334,6 +334,12 @@ class Coverage:
     reason: str | None
 
 
+def _some(items: list[int], k: int = 8) -> str:
+    """``[a, b, ...]`` with at most ``k`` items shown."""
+    more = f" and {len(items) - k} more" if len(items) > k else ""
+    return f"{items[:k]}{more}"
+
+
 def effective_sample_size(weights: FloatArray) -> float:
     """``(sum w)^2 / sum w^2`` (0 when every weight is 0)."""
     sq = float(np.sum(weights**2))
@@ -380,7 +386,7 @@ def coverage(
     if unsupported > MAX_UNSUPPORTED_MASS:
         reasons.append(
             f"the target policy puts {unsupported:.1%} of its mass on actions the logs (almost) never took "
-            f"{np.flatnonzero(rare_mask).tolist()} (limit {MAX_UNSUPPORTED_MASS:.0%})"
+            f"{_some(np.flatnonzero(rare_mask).tolist())} (limit {MAX_UNSUPPORTED_MASS:.0%})"
         )
     return Coverage(
         ess=ess,

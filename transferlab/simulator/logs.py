@@ -101,13 +101,20 @@ def drive_with_marketer(
     days: int,
     epsilon: float = 0.1,
     progress: Callable[[int, int], None] | None = None,
+    on_day: Callable[[int, MarketWorld], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``world`` ``days`` days under the marketer (seeded by the world's seed); the decision rows."""
+    """Run ``world`` ``days`` days under the marketer (seeded by the world's seed); the decision rows.
+
+    ``on_day(day, world)`` is called at the start of every day, before the marketer decides (e.g. to
+    fork the world there).
+    """
     policy = MarketerPolicy(epsilon=epsilon)
     rng = np.random.default_rng([world.config.seed, 1])
     rows: list[dict[str, Any]] = []
     weekly_gmv: list[float] = []
     for day in range(days):
+        if on_day is not None:
+            on_day(day, world)
         state = world.observe()
         baseline = float(np.mean(weekly_gmv[-56:])) if len(weekly_gmv) >= 7 else 0.0
         index, action, propensity = policy.act(state, baseline, rng)
