@@ -134,6 +134,27 @@ def test_demo_trains_a_campaign_policy_in_the_learned_simulator(demo_run: tuple[
     assert {"demo/world/trained/value", "demo/sim/marketer/value"} <= keys
 
 
+def test_demo_trains_offline_learners_and_values_them(demo_run: tuple[DemoResult, str]) -> None:
+    result, output = demo_run
+    section = result.summaries["ecommerce: offline RL from the logs, judged by OPE and in the world"]
+    assert section["rows"] == 360  # a year of logs: 12 whole 30-day episodes
+    assert set(section["world"]) == {"discrete_cql", "discrete_bc", "marketer", "no_campaign"}
+    assert set(section["ope_sndr"]) == {"discrete_cql", "discrete_bc"}
+    # the table shows OPE with intervals, coverage and the world value next to the marketer's
+    assert "sndr" in output and "ESS" in output and "trusted" in output and "marketer" in output
+    assert "selected by the sndr lower bound" in output
+    # an untrusted estimate is never selected
+    for name, trusted in section["trusted"].items():
+        if not trusted:
+            assert section["selected"] != name
+            assert f"UNTRUSTWORTHY {name}" in output
+    out = Path(section["dir"])
+    for name in ("config.json", "result.json", "report.md", "learners/discrete_cql/model.d3"):
+        assert (out / name).is_file(), name
+    keys = set(read_metrics(result.run_dir / "metrics.parquet")["key"])
+    assert {"demo/offline/discrete_cql/world", "demo/offline/marketer/world"} <= keys
+
+
 def test_demo_runs_the_agents(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     agents = result.summaries["coding: scripted agents in CodeRepair-v0"]
@@ -202,6 +223,7 @@ def test_the_default_sections() -> None:
         "coding: scripted agents in CodeRepair-v0",
         "coding: a tiny policy trained with SFT then GRPO",
         "ecommerce: logs, a simulator learned from them, a policy trained in it",
+        "ecommerce: offline RL from the logs, judged by OPE and in the world",
     ]
 
 

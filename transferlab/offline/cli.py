@@ -216,3 +216,45 @@ def train_command(
     if result.evaluation is not None:
         print(result.evaluation.format_table())
     print(f"run directory: {out} (report.md, result.json, learners/)")
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+@app.command("report")
+def report_command(
+    out: Annotated[Path, typer.Option("--out", help="Directory for result.json and report.md/html.")],
+    preset: Annotated[
+        str,
+        typer.Option(
+            "--preset", help="'quick' (about a minute, a smoke test) or 'full' (the committed report)."
+        ),
+    ] = "full",
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of learners and evaluation.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
+) -> None:
+    """Compare every learner on generated logs (world, simulator, OPE, coverage) and sweep exploration."""
+    import json
+
+    from transferlab.offline.experiments import ComparisonConfig, run_comparison
+    from transferlab.offline.experiments import preset as get_preset
+    from transferlab.platform.config import ConfigError
+
+    try:
+        cfg = get_preset(preset)  # type: ignore[arg-type]
+        if seed is not None:
+            cfg = ComparisonConfig.from_dict({**cfg.to_dict(), "seed": seed})
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc))
+    from transferlab.simulator.cli import _fraction_progress
+
+    with _fraction_progress(quiet=as_json) as progress:
+        result = run_comparison(cfg, out, progress=progress)
+    if as_json:
+        print(json.dumps({"out": str(out), **result}))
+        return
+    sel = result["main"]["selection"]
+    print(
+        f"selected by the {sel['by']} lower bound: {sel['chosen']} (regret in the world {sel['regret']:.2f})"
+    )
+    print(f"report: {out / 'report.md'}")

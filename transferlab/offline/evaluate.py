@@ -139,9 +139,9 @@ class LearnerPolicy:
         return np.asarray(pred, dtype=np.int64).reshape(-1)
 
     def action_dist(self, obs: np.ndarray) -> FloatArray:
-        """``(n, len(CATALOG))`` probabilities of each catalog action at each observation."""
-        if self.learner.kind == "discrete":
-            return np.asarray(self.learner.action_probabilities(np.asarray(obs, dtype=np.float32)))
+        """``(n, len(CATALOG))`` probabilities of each catalog action at each observation: one-hot on
+        the greedy action, the policy that runs in the world (a stochastic imitator's softmax would be
+        another policy than the one valued there)."""
         return one_hot(self.actions(obs), len(CATALOG))
 
 

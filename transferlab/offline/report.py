@@ -86,7 +86,7 @@ def add_evaluation(report: Report, ev: OfflineEvaluation, *, name: str = "values
     s = ev.selection
     refused = ", ".join(f"{k} ({v.split(':')[0]})" for k, v in s.refused.items()) or "none"
     report.paragraph(
-        f"Policy selection by the lower {cfg.level:.0%} bound of {s.by}: **{s.chosen}** "
+        f"Policy selection by the lower {cfg.level:.0%} bound of {s.by}: {s.chosen} "
         f"(refused for lack of support: {refused}). Best in the world: {s.best_in_world}; "
         f"regret of the choice: {s.regret:.2f}."
     )

@@ -130,8 +130,13 @@ def train_offline(
     *,
     run_dir: str | Path | None = None,
     progress: Progress | None = None,
+    simulator: Any | None = None,
 ) -> OfflineResult:
-    """Build the dataset from ``logs``, train the learners, evaluate them; write ``run_dir`` if given."""
+    """Build the dataset from ``logs``, train the learners, evaluate them; write ``run_dir`` if given.
+
+    ``simulator`` (a fitted ``LearnedSimulator``) adds the simulator's values to the evaluation; else
+    one is fitted on the first logs when ``config.fit_simulator``.
+    """
     import torch
 
     from transferlab.offline.report import write_report
@@ -154,8 +159,8 @@ def train_offline(
         seconds = time.perf_counter() - t0
         evaluation = None
         if config.evaluate:
-            sim = None
-            if config.fit_simulator:
+            sim = simulator
+            if sim is None and config.fit_simulator:
                 from transferlab.simulator.learned import LearnedSimulator
 
                 if progress is not None:

@@ -391,6 +391,79 @@ def ecommerce_simulator(ctx: DemoContext) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- ecommerce: offline RL
+
+DEMO_OFFLINE_STEPS = 2000
+DEMO_OFFLINE_LEARNERS = ("discrete_cql", "discrete_bc")
+
+
+def ecommerce_offline(ctx: DemoContext) -> dict[str, Any]:
+    """Offline RL on the logs of the previous section (d3rlpy): two discrete learners, each valued by
+    off-policy evaluation with intervals and coverage, in the learned simulator, and in the world
+    next to the marketer who made the logs."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from transferlab.offline.datasets import DatasetConfig
+    from transferlab.offline.evaluate import OfflineEvalConfig
+    from transferlab.offline.train import OfflineTrainConfig, train_offline
+    from transferlab.simulator.learned import LearnedSimulator
+    from transferlab.simulator.logs import LogSpec, generate_logs, read_logs, write_logs
+    from transferlab.simulator.world_config import WorldConfig
+
+    base = ctx.run.dir / "artifacts" / "ecommerce"
+    if (base / "logs").is_dir():
+        logs = read_logs(base / "logs")
+    else:  # run on its own: make the year of logs here
+        logs = generate_logs(
+            LogSpec(days=DEMO_LOG_DAYS, world=WorldConfig(n_customers=DEMO_CUSTOMERS, seed=0))
+        )
+        write_logs(logs, base / "logs")
+    config = OfflineTrainConfig(
+        learners=list(DEMO_OFFLINE_LEARNERS),
+        steps=DEMO_OFFLINE_STEPS,
+        dataset=DatasetConfig(),
+        evaluation=OfflineEvalConfig(episodes=24, fqe_steps=2000),
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=ctx.console, transient=True) as bar:
+        task = bar.add_task("offline RL on the logs", total=1.0)
+
+        def progress(message: str, fraction: float) -> None:
+            bar.update(task, description=message, completed=fraction)
+
+        sim = LearnedSimulator.load(base / "simulator") if (base / "simulator").is_dir() else None
+        result = train_offline(logs, config, run_dir=base / "offline", progress=progress, simulator=sim)
+    ev = result.evaluation
+    assert ev is not None
+    ctx.console.print(
+        f"dataset: {len(result.dataset)} logged days in {result.dataset.n_episodes} episodes of 30; "
+        f"learners: {', '.join(DEMO_OFFLINE_LEARNERS)} ({DEMO_OFFLINE_STEPS} d3rlpy steps each)",
+        highlight=False,
+    )
+    ctx.console.print(ev.format_table(), highlight=False, soft_wrap=True)
+    learned = {r.name: r for r in ev.rows if r.ope is not None}
+    ctx.run.logger.log(
+        0,
+        {f"demo/offline/{n}/world": r.world.estimate for n, r in learned.items()}
+        | {
+            f"demo/offline/{n}/ope_sndr": r.ope.estimates["sndr"].estimate
+            for n, r in learned.items()
+            if r.ope
+        }
+        | {"demo/offline/marketer/world": ev.row("marketer").world.estimate},
+    )
+    ctx.console.print(f"report: {base / 'offline' / 'report.md'}", highlight=False)
+    return {
+        "rows": len(result.dataset),
+        "world": {r.name: r.world.estimate for r in ev.rows},
+        "ope_sndr": {n: r.ope.estimates["sndr"].format(".2f") for n, r in learned.items() if r.ope},
+        "trusted": {n: r.ope.trusted for n, r in learned.items() if r.ope},
+        "selected": ev.selection.chosen,
+        "regret": ev.selection.regret,
+        "dir": str(base / "offline"),
+    }
+
+
 SECTIONS: list[DemoSection] = [
     DemoSection("coding: seed tasks in the sandbox", coding_seed_tasks),
     DemoSection("coding: scripted agents in CodeRepair-v0", coding_agents),
@@ -398,6 +471,7 @@ SECTIONS: list[DemoSection] = [
     DemoSection(
         "ecommerce: logs, a simulator learned from them, a policy trained in it", ecommerce_simulator
     ),
+    DemoSection("ecommerce: offline RL from the logs, judged by OPE and in the world", ecommerce_offline),
 ]
 
 
