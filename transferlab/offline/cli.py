@@ -231,6 +231,16 @@ def report_command(
         ),
     ] = "full",
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of learners and evaluation.")] = None,
+    obd: Annotated[
+        Path | None,
+        typer.Option(
+            "--obd",
+            help="An Open Bandit Dataset directory holding random/<campaign>/ and bts/<campaign>/ "
+            "(e.g. ../shared/data/obd): adds the real-data OPE protocol to the report.",
+            show_default=False,
+        ),
+    ] = None,
+    campaign: Annotated[str, typer.Option("--campaign", help="The OBD campaign with --obd.")] = "men",
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
 ) -> None:
     """Compare every learner on generated logs (world, simulator, OPE, coverage) and sweep exploration."""
@@ -246,10 +256,19 @@ def report_command(
             cfg = ComparisonConfig.from_dict({**cfg.to_dict(), "seed": seed})
     except (ConfigError, ValueError) as exc:
         fail(str(exc))
+    obd_files = None
+    if obd is not None:
+        obd_files = (
+            obd / "random" / campaign / f"{campaign}.csv",
+            obd / "bts" / campaign / f"{campaign}.csv",
+        )
+        missing = [str(p) for p in obd_files if not p.is_file()]
+        if missing:
+            fail(f"--obd: {', '.join(missing)} not found; give the folder holding random/ and bts/")
     from transferlab.simulator.cli import _fraction_progress
 
     with _fraction_progress(quiet=as_json) as progress:
-        result = run_comparison(cfg, out, progress=progress)
+        result = run_comparison(cfg, out, progress=progress, obd=obd_files)
     if as_json:
         print(json.dumps({"out": str(out), **result}))
         return

@@ -156,9 +156,17 @@ def sweep_rows(epsilon: float, dataset: OfflineDataset, ev: OfflineEvaluation) -
 
 
 def run_comparison(
-    config: ComparisonConfig, out: str | os.PathLike[str], progress: Progress | None = None
+    config: ComparisonConfig,
+    out: str | os.PathLike[str],
+    progress: Progress | None = None,
+    *,
+    obd: tuple[Path, Path] | None = None,
 ) -> dict[str, Any]:
-    """Run the comparison and the sweep; write ``result.json`` and ``report.md/html`` to ``out``."""
+    """Run the comparison and the sweep; write ``result.json`` and ``report.md/html`` to ``out``.
+
+    ``obd`` (the random and the Bernoulli-TS Open Bandit logs of one campaign) adds the real-data
+    OPE protocol, both directions, to the report.
+    """
     import torch
 
     quiet_d3rlpy()
@@ -180,14 +188,22 @@ def run_comparison(
             sweep.extend(sweep_rows(eps, ds, ev))
     finally:
         torch.set_num_threads(threads)
-    result = {
+    result: dict[str, Any] = {
         "config": config.to_dict(),
         "main": main.to_dict(),
         "main_catalog_tried": catalog_share(dataset),
         "sweep": sweep,
     }
+    if obd is not None:
+        from transferlab.offline.obd_ope import ope_obd
+        from transferlab.simulator.realdata.obd import load_obd
+
+        if progress is not None:
+            progress("Open Bandit Dataset: both directions", 1.0)
+        result["obd"] = ope_obd(load_obd(obd[0]), load_obd(obd[1]), seed=config.seed)
+        result["obd_files"] = [str(obd[0]), str(obd[1])]
     atomic_write_json(out / "result.json", result)
-    write_comparison_report(config, dataset, main, sweep, out)
+    write_comparison_report(config, dataset, main, sweep, out, obd=result.get("obd"))
     return result
 
 
@@ -197,6 +213,8 @@ def write_comparison_report(
     main: OfflineEvaluation,
     sweep: list[dict[str, Any]],
     out: Path,
+    *,
+    obd: dict[str, Any] | None = None,
 ) -> None:
     """The Markdown/HTML report of :func:`run_comparison`."""
     from transferlab.offline.report import add_evaluation
@@ -260,7 +278,39 @@ def write_comparison_report(
             "sweep_ope_error",
             "OPE (SNDR) relative error against the world, by exploration in the logs.",
         )
+    if obd is not None:
+        add_obd(report, obd)
     report.write(out)
+
+
+def add_obd(report: Any, obd: dict[str, Any]) -> None:
+    """The Open Bandit Dataset section: both directions, every estimator, coverage."""
+    report.heading("Real data: the Open Bandit Dataset")
+    report.paragraph(
+        "Forward: Bernoulli TS's click rate estimated from the uniform-random log and compared with TS's "
+        "own log; reverse: the uniform policy estimated from the TS log (poor coverage, flagged)."
+    )
+    for direction in ("forward", "reverse"):
+        d = obd[direction]
+        rows = [
+            {
+                "estimator": name,
+                "estimate": e["value"],
+                "95% CI": f"[{e['ci'][0]:.5f}, {e['ci'][1]:.5f}]",
+                "relative error": e["relative_error"],
+            }
+            for name, e in d["estimates"].items()
+        ]
+        rows.append({"estimator": "truth", "estimate": d["truth"], "95% CI": "", "relative error": None})
+        report.table(
+            rows, floatfmt=".5f", caption=f"{direction}: {d.get('target', '')} from {d.get('behaviour', '')}"
+        )
+        c = d["coverage"]
+        verdict = "trusted" if c["trusted"] else f"UNTRUSTWORTHY: {c.get('reason')}"
+        report.paragraph(
+            f"Coverage ({direction}): ESS {c['ess']:.0f}, max weight {c['max_weight']:.2f}, unsupported mass "
+            f"{c['unsupported_mass']:.3f}; {verdict}."
+        )
 
 
 def _sub(progress: Progress | None, lo: float, hi: float) -> Progress | None:
