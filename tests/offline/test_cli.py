@@ -9,10 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
+from transferlab.offline.learners import LEARNERS
 from transferlab.offline.obd_ope import ESTIMATORS
 from transferlab.platform.cli import app
+from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
+from transferlab.simulator.world_config import WorldConfig
 
 runner = CliRunner()
 
@@ -167,3 +171,111 @@ def test_offline_help_lists_the_command() -> None:
     result = runner.invoke(app, ["offline", "--help"])
     assert result.exit_code == 0
     assert "ope-obd" in result.stdout and "off-policy evaluation" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------- train
+
+
+@pytest.fixture(scope="module")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    logs = generate_logs(LogSpec(days=70, epsilon=0.3, world=WorldConfig(n_customers=200, seed=5)))
+    return write_logs(logs, tmp_path_factory.mktemp("logs") / "logs")
+
+
+@pytest.fixture(scope="module")
+def small_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the command line has no options for: a short horizon and few bootstrap resamples."""
+    path = tmp_path_factory.mktemp("config") / "offline.json"
+    path.write_text(json.dumps({"dataset": {"horizon": 10}, "evaluation": {"n_boot": 100}}))
+    return path
+
+
+def _train(log_dir: Path, config: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        "offline",
+        "train",
+        "--logs",
+        str(log_dir),
+        "--config",
+        str(config),
+        "--learner",
+        "td3_plus_bc",
+        "--episodes",
+        "4",
+        "--fqe-steps",
+        "0",
+        "--run-dir",
+        str(run_dir),
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def train_run(log_dir: Path, small_config: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "run"
+    result = runner.invoke(app, [*_train(log_dir, small_config, run_dir, "--steps", "20", "--json")])
+    assert result.exit_code == 0, result.output
+    (run_dir / "stdout.json").write_text(result.stdout)
+    return run_dir
+
+
+def test_train_json_summary(train_run: Path) -> None:
+    out = json.loads((train_run / "stdout.json").read_text())
+    assert out["run_dir"] == str(train_run)
+    assert set(out["policies"]) == {"td3_plus_bc", "marketer", "no_campaign"}
+    assert set(out["policies"]["td3_plus_bc"]["ope"]) == {"dm", "ips", "snips", "dr", "sndr", "switch_dr"}
+    assert out["selection"]["by"] == "sndr"
+    assert out["selection"]["chosen"] in {"td3_plus_bc", "marketer"}
+    assert out["n_rows"] == 70 and out["unit"] == "10-day return (reward units)"
+    saved = json.loads((train_run / "config.json").read_text())
+    assert saved["learners"] == ["td3_plus_bc"] and saved["steps"] == 20
+    assert saved["dataset"]["horizon"] == 10 and saved["evaluation"]["episodes"] == 4
+    assert saved["evaluation"]["fqe_steps"] == 0 and saved["evaluation"]["n_boot"] == 100
+    assert json.loads((train_run / "result.json").read_text())["selection"] == out["selection"]
+    assert (train_run / "learners" / "td3_plus_bc" / "model.d3").is_file()
+
+
+def test_train_rerun_with_another_config_exits_2(train_run: Path, log_dir: Path, small_config: Path) -> None:
+    before = (train_run / "config.json").read_text()
+    result = runner.invoke(app, _train(log_dir, small_config, train_run, "--steps", "21", "--json"))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "another config" in lines[0]
+    assert (train_run / "config.json").read_text() == before
+
+
+def test_train_rerun_with_the_same_options_resumes(
+    train_run: Path, log_dir: Path, small_config: Path
+) -> None:
+    model = train_run / "learners" / "td3_plus_bc" / "model.d3"
+    mtime = model.stat().st_mtime_ns
+    result = runner.invoke(app, _train(log_dir, small_config, train_run, "--steps", "20"))
+    assert result.exit_code == 0, result.output
+    assert model.stat().st_mtime_ns == mtime  # loaded, not retrained
+    assert "dataset: 70 logged days in 7 episodes" in result.stdout
+    assert "selected by the sndr lower bound" in result.stdout
+    assert f"run directory: {train_run}" in result.stdout
+
+
+def test_train_missing_logs_exits_2_with_one_line(tmp_path: Path, small_config: Path) -> None:
+    missing = tmp_path / "no-logs"
+    result = runner.invoke(app, _train(missing, small_config, tmp_path / "run", "--json"))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "not a log directory" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_unknown_learner_exits_2_naming_the_valid_ones(
+    tmp_path: Path, log_dir: Path, small_config: Path
+) -> None:
+    result = runner.invoke(
+        app, ["offline", "train", "--logs", str(log_dir), "--learner", "nope", "--run-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and "nope" in result.stderr
+    for name in LEARNERS:
+        assert name in result.stderr
+    assert not (tmp_path / "config.json").exists()
