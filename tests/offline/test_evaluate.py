@@ -452,13 +452,6 @@ class _NeverLoggedLearner:
         return one_hot(self.predict(obs), len(CATALOG))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="BUG: evaluate_learners -> bandit_ope -> bootstrap_estimate('snips') raises ValueError "
-    "('gives probability 0 to every logged action') for a policy with no overlap with the logs, instead "
-    "of marking it UNTRUSTWORTHY and refusing it in select_policy",
-)
 def test_evaluate_learners_flags_a_policy_without_any_overlap(logs: Logs, dataset: OfflineDataset) -> None:
     never = int(np.setdiff1d(np.arange(1, len(CATALOG)), dataset.actions)[0])
     stub = _NeverLoggedLearner(never)
@@ -467,6 +460,14 @@ def test_evaluate_learners_flags_a_policy_without_any_overlap(logs: Logs, datase
     row = ev.row("never")
     assert row.ope is not None and not row.ope.trusted
     assert "never" in ev.selection.refused and ev.selection.chosen == "marketer"
+    assert row.ope.coverage.ess == 0.0
+    assert np.isnan(row.ope.estimates["snips"].estimate) and np.isfinite(row.ope.estimates["ips"].estimate)
+    assert "UNTRUSTWORTHY never" in ev.format_table()
+
+
+def test_select_by_fqe_needs_fqe(logs: Logs, dataset: OfflineDataset) -> None:
+    with pytest.raises(ValueError, match="select_by='fqe' needs FQE"):
+        evaluate_learners(logs, dataset, {}, OfflineEvalConfig(n_boot=100, select_by="fqe", fqe_steps=0))
 
 
 def test_evaluate_learners_rejects_an_unknown_select_by(logs: Logs, dataset: OfflineDataset) -> None:

@@ -35,10 +35,12 @@ def _episodic(continuous: bool, seed: int = 0) -> MDPDataset:
     terminals[EPISODE_LEN - 1 :: EPISODE_LEN] = 1.0
     rewards = rng.normal(size=N_TRANSITIONS).astype(np.float32)
     if continuous:
-        actions = rng.uniform(-1, 1, size=(N_TRANSITIONS, 1)).astype(np.float32)
-        return MDPDataset(obs, actions, rewards, terminals, action_space=d3rlpy.ActionSpace.CONTINUOUS)
-    actions = rng.integers(0, N_ACTIONS, size=N_TRANSITIONS)
-    return MDPDataset(obs, actions, rewards, terminals, action_space=d3rlpy.ActionSpace.DISCRETE)
+        continuous_actions = rng.uniform(-1, 1, size=(N_TRANSITIONS, 1)).astype(np.float32)
+        return MDPDataset(
+            obs, continuous_actions, rewards, terminals, action_space=d3rlpy.ActionSpace.CONTINUOUS
+        )
+    discrete_actions = rng.integers(0, N_ACTIONS, size=N_TRANSITIONS)
+    return MDPDataset(obs, discrete_actions, rewards, terminals, action_space=d3rlpy.ActionSpace.DISCRETE)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -204,7 +204,7 @@ def train_command(
     try:
         with _fraction_progress(quiet=as_json) as progress:
             result = train_offline(tables, cfg, run_dir=out, progress=progress)
-    except DatasetError as exc:
+    except (DatasetError, ValueError) as exc:  # bad logs or options, each named with the fix
         fail(str(exc))
     summary: dict[str, Any] = {"run_dir": str(out), "train_seconds": round(result.train_seconds, 1)}
     if result.evaluation is not None:

@@ -219,11 +219,20 @@ def bandit_ope(
     q_table: FloatArray,
     config: OfflineEvalConfig,
 ) -> dict[str, Interval]:
-    """Each bandit estimator's bootstrap interval of the per-day value, times the horizon."""
+    """Each bandit estimator's bootstrap interval of the per-day value, times the horizon.
+
+    A target policy that never takes a logged action leaves SNIPS and SNDR undefined: they are NaN
+    (and the policy's coverage fails, so nothing relies on them).
+    """
     data = BanditData(dataset.actions, dataset.rewards, dataset.propensity, action_dist, q_table)
     h = float(dataset.config.horizon)
     out: dict[str, Interval] = {}
+    overlap = bool(np.any(action_dist[np.arange(len(dataset)), dataset.actions] > 0))
     for name in BANDIT_ESTIMATORS:
+        if not overlap and name in ("snips", "sndr"):
+            # self-normalised estimators are undefined when every importance weight is 0
+            out[name] = Interval(float("nan"), float("nan"), float("nan"), config.level, len(dataset))
+            continue
         iv = bootstrap_estimate(
             name, data, n_boot=config.n_boot, level=config.level, seed=config.seed, tau=config.switch_tau
         )
@@ -555,6 +564,8 @@ def evaluate_learners(
         raise ValueError(
             f"select_by={config.select_by!r} is not an OPE estimator; use one of {', '.join(OPE_ESTIMATORS)}"
         )
+    if config.select_by == "fqe" and config.fqe_steps == 0:
+        raise ValueError("select_by='fqe' needs FQE: set fqe_steps > 0 or select by another estimator")
     if config.episode.horizon != dataset.config.horizon:
         config = config.model_copy(
             update={"episode": config.episode.model_copy(update={"horizon": dataset.config.horizon})}
@@ -577,6 +588,8 @@ def evaluate_learners(
         }
     )
     policies.update(base)
+    if behaviour not in base:
+        behaviour = next(iter(base), next(iter(policies)))
     n_steps = 2 + len(learners)
     say("evaluating in the world", 0.0)
     world = rollout_values(logged_starts_market(logs, dataset, config), policies, config)
@@ -601,7 +614,8 @@ def evaluate_learners(
         ope[name] = OpeResult(estimates, cov)
     say("evaluated", 1.0)
     rows = []
-    for i, name in enumerate(policies):
+    for k, name in enumerate(policies):
+        i = config.seed * 1_000 + k  # the bootstrap seed of this row
         w = world[name]
         rows.append(
             PolicyRow(

@@ -148,10 +148,10 @@ def train_offline(
     items = [logs] if not isinstance(logs, Sequence) else list(logs)
     out = Path(run_dir) if run_dir is not None else None
     try:
+        dataset = from_logs(items, config.dataset)  # bad logs fail before anything is written
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_json(out / CONFIG_FILE, config.to_dict())
-        dataset = from_logs(items, config.dataset)
         t0 = time.perf_counter()
         learners, histories = train_learners(
             dataset, config, out, _scaled(progress, 0.0, 0.6 if config.evaluate else 1.0)
