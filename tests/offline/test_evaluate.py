@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import torch
 
 from transferlab.offline import ope
 from transferlab.offline.datasets import DatasetConfig, OfflineDataset, continuous_to_catalog, from_logs
@@ -42,15 +40,6 @@ from transferlab.simulator.world_config import WorldConfig
 
 HORIZON = 20
 EPSILON = 0.3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny networks: one thread is faster, and much faster when other processes share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -5,20 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-import torch
 from typer.testing import CliRunner
 
 from transferlab.offline.experiments import ComparisonConfig, preset
 from transferlab.platform.cli import app
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_report_command_quick_preset(tmp_path: Path) -> None:

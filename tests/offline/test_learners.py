@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import d3rlpy
@@ -41,15 +40,6 @@ def _episodic(continuous: bool, seed: int = 0) -> MDPDataset:
         )
     discrete_actions = rng.integers(0, N_ACTIONS, size=N_TRANSITIONS)
     return MDPDataset(obs, discrete_actions, rewards, terminals, action_space=d3rlpy.ActionSpace.DISCRETE)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny networks: one thread is faster, and much faster when other processes share the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

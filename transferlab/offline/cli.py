@@ -4,20 +4,24 @@ Commands::
 
     transferlab offline ope-obd --behavior RANDOM_CSV --evaluation BTS_CSV [--json] [--seed N] [--n-boot N]
     transferlab offline train --logs DIR [--learner NAME|all ...] [--steps N] [--run-dir DIR] [--json]
+    transferlab offline report --out DIR [--preset quick|full] [--obd OBD_DIR] [--json]
 
 Exit codes: 0 done; 2 bad input (a file that is missing or malformed, a bad option).
 
-Only typer and the standard library are imported at module level, so ``transferlab --help`` stays
-fast; numpy, pandas and the estimators are imported inside the commands.
+Only typer, the standard library and the simulator CLI's (equally light) helpers are imported at
+module level, so ``transferlab --help`` stays fast; numpy, pandas and the estimators are imported
+inside the commands.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
+
+from transferlab.simulator.cli import _fraction_progress, fail
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -29,12 +33,6 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-
-
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
 
 
 # ------------------------------------------------------------------------------------------- ope-obd
@@ -199,8 +197,6 @@ def train_command(
     saved = out / "config.json"
     if saved.is_file() and json.loads(saved.read_text()) != cfg.to_dict():
         fail(f"{out} holds a run with another config: choose a new --run-dir, or rerun with the same options")
-    from transferlab.simulator.cli import _fraction_progress
-
     try:
         with _fraction_progress(quiet=as_json) as progress:
             result = train_offline(tables, cfg, run_dir=out, progress=progress)
@@ -265,8 +261,6 @@ def report_command(
         missing = [str(p) for p in obd_files if not p.is_file()]
         if missing:
             fail(f"--obd: {', '.join(missing)} not found; give the folder holding random/ and bts/")
-    from transferlab.simulator.cli import _fraction_progress
-
     with _fraction_progress(quiet=as_json) as progress:
         result = run_comparison(cfg, out, progress=progress, obd=obd_files)
     if as_json:

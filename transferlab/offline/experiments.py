@@ -29,6 +29,7 @@ from transferlab.offline.learners import DISCRETE, LEARNERS
 from transferlab.offline.train import OfflineTrainConfig, train_learners
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_json
+from transferlab.platform.reports import Curve
 from transferlab.simulator.market import CATALOG
 
 Progress = Callable[[str, float], None]
@@ -218,7 +219,7 @@ def write_comparison_report(
 ) -> None:
     """The Markdown/HTML report of :func:`run_comparison`."""
     from transferlab.offline.report import add_evaluation
-    from transferlab.platform.reports import Curve, Report, plot_curves
+    from transferlab.platform.reports import Report, plot_curves
 
     report = Report("Offline RL and off-policy evaluation on campaign logs")
     report.paragraph(
@@ -239,48 +240,33 @@ def write_comparison_report(
         "|OPE - world| / |world|."
     )
     report.table(sweep, floatfmt=".3f", caption="Exploration sweep")
-    names = sorted({r["policy"] for r in sweep})
     eps = sorted({r["epsilon"] for r in sweep})
     if len(eps) > 1:
-        gain = {
-            n: Curve(
-                np.log10(np.array(eps)),
-                np.array(
-                    [
-                        next(r["world - marketer"] for r in sweep if r["policy"] == n and r["epsilon"] == e)
-                        for e in eps
-                    ]
-                ),
-            )
-            for n in names
-        }
+        xlabel = "log10 epsilon (exploration in the logs)"
         report.figure(
             plot_curves(
-                gain, xlabel="log10 epsilon (exploration in the logs)", ylabel="world value - marketer's"
+                _sweep_curves(sweep, "world - marketer"), xlabel=xlabel, ylabel="world value - marketer's"
             ),
             "sweep_gain",
             "Gain of each learned policy over the marketer in the world, by exploration in the logs.",
         )
-        err = {
-            n: Curve(
-                np.log10(np.array(eps)),
-                np.array(
-                    [
-                        next(r["sndr err"] for r in sweep if r["policy"] == n and r["epsilon"] == e)
-                        for e in eps
-                    ]
-                ),
-            )
-            for n in names
-        }
         report.figure(
-            plot_curves(err, xlabel="log10 epsilon (exploration in the logs)", ylabel="SNDR relative error"),
+            plot_curves(_sweep_curves(sweep, "sndr err"), xlabel=xlabel, ylabel="SNDR relative error"),
             "sweep_ope_error",
             "OPE (SNDR) relative error against the world, by exploration in the logs.",
         )
     if obd is not None:
         add_obd(report, obd)
     report.write(out)
+
+
+def _sweep_curves(sweep: list[dict[str, Any]], column: str) -> dict[str, Curve]:
+    """One curve per learned policy: ``column`` against log10 epsilon."""
+    curves = {}
+    for name in sorted({r["policy"] for r in sweep}):
+        points = sorted((r["epsilon"], r[column]) for r in sweep if r["policy"] == name)
+        curves[name] = Curve(np.log10([e for e, _ in points]), np.array([v for _, v in points]))
+    return curves
 
 
 def add_obd(report: Any, obd: dict[str, Any]) -> None:
