@@ -48,10 +48,14 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
-    """``scrypt$<n>$<r>$<p>$<salt>$<hash>`` (base64): everything :func:`verify_password` needs."""
+def hash_password(password: str, *, n: int | None = None, r: int | None = None, p: int | None = None) -> str:
+    """``scrypt$<n>$<r>$<p>$<salt>$<hash>`` (base64): everything :func:`verify_password` needs.
+
+    The work factors default to :data:`SCRYPT_N`, :data:`SCRYPT_R`, :data:`SCRYPT_P` (read at call time).
+    """
     if not isinstance(password, str) or not password:
         raise ValueError("password must be a non-empty string")
+    n, r, p = n or SCRYPT_N, r or SCRYPT_R, p or SCRYPT_P
     salt = secrets.token_bytes(_SALT_BYTES)
     digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=_DKLEN)
     return f"scrypt${n}${r}${p}${_b64(salt)}${_b64(digest)}"

@@ -40,6 +40,7 @@ MAX_PRODUCTS = 20
 MAX_PRODUCT_CHARS = 64
 MAX_TEXT = 500  # policy names, run directories, OPE estimator names
 MAX_EXPIRES_HOURS = 24 * 30
+MAX_ERROR = 600  # an error line never echoes a huge input
 
 
 class ReviewError(Exception):
@@ -81,6 +82,8 @@ _CAMPAIGN_FIELDS = frozenset({"discount", "push_hour", "segment", "budget", "cat
 
 def _check_campaign_field(name: str, value: Any) -> Any:
     """Validate one campaign field with the simulator's own rules (the other fields at their defaults)."""
+    if isinstance(value, str) and len(value) > 40:
+        raise ValueError(f"{name} has {len(value)} characters, far longer than any valid {name}")
     try:
         CampaignAction(**{name: value})
     except ActionError as e:
@@ -315,7 +318,8 @@ def suggestion_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> Su
     line = _describe({**errors[0], "loc": (*prefix, *errors[0]["loc"])})
     if len(errors) > 1:
         line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return SuggestionError(line.replace("\n", " "))
+    line = line.replace("\n", " ")
+    return SuggestionError(line if len(line) <= MAX_ERROR else line[: MAX_ERROR - 3] + "...")
 
 
 def parse_suggestion(data: Mapping[str, Any]) -> SuggestionIn:

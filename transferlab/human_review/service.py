@@ -749,7 +749,9 @@ class ReviewService:
                 if row.state in _READY:
                     refusal = self._execution_refusal(s, row)
                     if refusal is not None:
-                        self._move(s, row, "failed", actor, refusal, strict=False, lease_until=None)
+                        self._move(
+                            s, row, "failed", actor, refusal, strict=False, reason=refusal, lease_until=None
+                        )
                         continue
                 why = (
                     f"lease of worker {row.worker} (attempt {row.attempt}) ran out; taken over"

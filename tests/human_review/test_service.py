@@ -1,0 +1,450 @@
+"""ReviewService on SQLite and PostgreSQL: state machine, permissions, audit, expiry, exactly-once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+
+from transferlab.human_review.service import (
+    TRANSITIONS,
+    AuthError,
+    InvalidTransition,
+    NotFound,
+    PermissionDenied,
+    ReviewError,
+    ReviewService,
+    SuggestionError,
+    check_transition,
+)
+from transferlab.human_review.store import AuditEntry, ReviewStore
+from transferlab.simulator.market import CampaignAction
+
+Make = Callable[..., dict[str, Any]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# users
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_first_user_must_be_admin_and_later_users_need_an_admin(store: ReviewStore) -> None:
+    svc = ReviewService(store)
+    with pytest.raises(PermissionDenied, match="the first user must be an admin"):
+        svc.add_user(None, "eve", "pw", "reviewer")
+    admin = svc.add_user(None, "ada", "pw", "admin")
+    with pytest.raises(PermissionDenied, match="needs an admin actor"):
+        svc.add_user(None, "eve", "pw", "admin")
+    rita = svc.add_user(admin, "rita", "pw", "reviewer")
+    with pytest.raises(PermissionDenied, match="rita is a reviewer; adding users needs the admin role"):
+        svc.add_user(rita, "eve", "pw", "viewer")
+    with pytest.raises(ReviewError, match="user 'rita' exists already"):
+        svc.add_user(admin, "rita", "pw", "viewer")
+    with pytest.raises(ReviewError, match="unknown role"):
+        svc.add_user(admin, "eve", "pw", "boss")  # type: ignore[arg-type]
+
+
+def test_authenticate(store: ReviewStore) -> None:
+    svc = ReviewService(store)
+    admin = svc.add_user(None, "ada", "right", "admin")
+    assert svc.authenticate("ada", "right") == admin
+    for name, password in [("ada", "wrong"), ("nobody", "right")]:
+        with pytest.raises(AuthError, match=r"^unknown user or wrong password"):
+            svc.authenticate(name, password)
+
+
+def test_roles_are_reread_from_the_store(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    svc.set_role(team.admin, "rita", "viewer")
+    with pytest.raises(PermissionDenied, match="rita is a viewer"):
+        svc.submit(team.reviewer, make_suggestion())  # the stale User still says reviewer
+    ghost = type(team.reviewer)(id=999, name="ghost", role="admin", created_at=team.reviewer.created_at)
+    with pytest.raises(AuthError, match="unknown user 'ghost'"):
+        svc.list(ghost)
+
+
+# ---------------------------------------------------------------------------------------------------
+# submit, list, risk
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_submit_stores_risk_recomputed_and_reasoning_as_given(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    sid = svc.submit(team.reviewer, make_suggestion(discount=0.3, risk="low"))
+    view = svc.get(team.viewer, sid)
+    assert (view.state, view.claimed_risk, view.risk) == ("pending", "low", "high")
+    assert view.reasoning == "loyal customers answer small reminders <b>well</b>"
+    assert view.idempotency_key == f"suggestion-{sid}"
+    assert view.executions == 0 and view.original_action is None
+    assert (view.expires_at - view.created_at).total_seconds() == 72 * 3600
+    assert view.created_at.tzinfo is not None
+    assert view.to_dict()["created_at"].endswith("+00:00")
+    assert svc.get(team.viewer, svc.submit(team.reviewer, make_suggestion(risk="high"))).risk == "high"
+
+
+def test_viewer_cannot_submit_and_malformed_is_refused(team: Any, make_suggestion: Make) -> None:
+    with pytest.raises(PermissionDenied, match="vic is a viewer; submitting suggestions needs the reviewer"):
+        team.svc.submit(team.viewer, make_suggestion())
+    with pytest.raises(SuggestionError, match=r"action.discount"):
+        team.svc.submit(team.reviewer, make_suggestion(discount=0.9))
+    assert team.svc.list(team.viewer) == []
+
+
+def test_list_filters_and_sorts(team: Any, clock: Any, make_suggestion: Make) -> None:
+    svc, r = team.svc, team.reviewer
+    low = svc.submit(r, make_suggestion(expires_in_hours=10))
+    clock.advance(minutes=1)
+    high = svc.submit(r, make_suggestion(discount=0.25, expires_in_hours=50))
+    clock.advance(minutes=1)
+    medium = svc.submit(r, make_suggestion(discount=0.1, expires_in_hours=5))
+    assert [v.id for v in svc.list(team.viewer)] == [high, medium, low]
+    assert [v.id for v in svc.list(team.viewer, sort="expiry")] == [medium, low, high]
+    assert [v.id for v in svc.list(team.viewer, sort="created")] == [low, high, medium]
+    assert [v.id for v in svc.list(team.viewer, risk="medium")] == [medium]
+    svc.decide(team.reviewer2, low, "approve")
+    assert [v.id for v in svc.list(team.viewer, state="approved")] == [low]
+    assert svc.pending_count(team.viewer) == 2
+    with pytest.raises(ReviewError, match="unknown state 'done'"):
+        svc.list(team.viewer, state="done")
+    with pytest.raises(NotFound, match="no suggestion 12345"):
+        svc.get(team.viewer, 12345)
+
+
+# ---------------------------------------------------------------------------------------------------
+# decisions and permissions
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_approve_reject_happy_paths(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    a = svc.submit(team.reviewer, make_suggestion())
+    b = svc.submit(team.reviewer, make_suggestion())
+    view = svc.decide(team.reviewer2, a, "approve", reason="fine")
+    assert (view.state, view.decided_by, view.reason) == ("approved", "rob", "fine")
+    view = svc.decide(team.reviewer2, b, "reject", reason="  too early in the season ")
+    assert (view.state, view.reason) == ("rejected", "too early in the season")
+
+
+def test_permissions(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    high = svc.submit(team.reviewer, make_suggestion(discount=0.3))
+    with pytest.raises(PermissionDenied, match="vic is a viewer; deciding"):
+        svc.decide(team.viewer, high, "reject", reason="no")
+    with pytest.raises(PermissionDenied, match="rob is a reviewer; approving high risk needs the approver"):
+        svc.decide(team.reviewer2, high, "approve")
+    own = svc.submit(team.approver, make_suggestion(discount=0.3))
+    with pytest.raises(PermissionDenied, match=r"alma submitted suggestion .*; someone else must approve it"):
+        svc.decide(team.approver, own, "approve")
+    with pytest.raises(PermissionDenied, match="alma submitted"):
+        svc.decide(team.approver, own, "modify", action={**make_suggestion()["action"], "discount": 0.2})
+    assert svc.decide(team.approver, high, "approve").state == "approved"
+    assert svc.decide(team.approver2, own, "approve").state == "approved"
+    assert (
+        svc.decide(team.admin, svc.submit(team.reviewer, make_suggestion(discount=0.3)), "approve").decided_by
+        == "ada"
+    )
+
+
+def test_reject_needs_a_reason(team: Any, make_suggestion: Make) -> None:
+    sid = team.svc.submit(team.reviewer, make_suggestion())
+    for reason in (None, "", "   "):
+        with pytest.raises(ReviewError, match="a rejection reason is required"):
+            team.svc.decide(team.reviewer2, sid, "reject", reason=reason)
+    assert team.svc.get(team.viewer, sid).state == "pending"
+
+
+def test_modify_keeps_both_versions_and_reclassifies(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    sid = svc.submit(team.reviewer, make_suggestion())
+    original = svc.get(team.viewer, sid).action
+    riskier = {**original, "discount": 0.3}
+    with pytest.raises(PermissionDenied, match="rob is a reviewer; approving high risk needs the approver"):
+        svc.decide(team.reviewer2, sid, "modify", action=riskier)
+    with pytest.raises(SuggestionError, match=r"^action\.discount: discount=0\.6"):
+        svc.decide(team.approver, sid, "modify", action={**original, "discount": 0.6})
+    with pytest.raises(ReviewError, match="equals the original"):
+        svc.decide(team.approver, sid, "modify", action=original)
+    view = svc.decide(team.approver, sid, "modify", action=riskier, reason="deeper cut for the clearance")
+    assert (view.state, view.risk, view.original_action, view.action) == (
+        "modified",
+        "high",
+        original,
+        riskier,
+    )
+    safer = svc.submit(team.reviewer, make_suggestion(discount=0.15))
+    view = svc.decide(team.reviewer2, safer, "modify", action={**original, "discount": 0.02})
+    assert (view.state, view.risk) == ("modified", "low")
+
+
+def test_every_refused_transition(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    sid = svc.submit(team.reviewer, make_suggestion())
+    svc.decide(team.reviewer2, sid, "reject", reason="no")
+    for decision, kwargs in [("approve", {}), ("reject", {"reason": "x"}), ("modify", {"action": {}})]:
+        if decision == "modify":
+            kwargs = {"action": {**make_suggestion()["action"], "discount": 0.01}}
+        with pytest.raises(
+            InvalidTransition, match=r"is rejected and cannot become .*rejected is final.*pending"
+        ):
+            svc.decide(team.reviewer2, sid, decision, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTransition, match="is rejected and cannot become feedback_received"):
+        svc.record_feedback(sid, {"profit": 1.0}, "market")
+    # the whole table: anything not listed is refused with a message naming the allowed targets
+    states = list(TRANSITIONS)
+    for current in states:
+        for target in states:
+            if target in TRANSITIONS[current]:
+                check_transition(1, current, target)
+            else:
+                with pytest.raises(
+                    InvalidTransition, match=f"suggestion 1 is {current} and cannot become {target}"
+                ):
+                    check_transition(1, current, target)
+
+
+def test_unknown_decision_and_stray_action(team: Any, make_suggestion: Make) -> None:
+    sid = team.svc.submit(team.reviewer, make_suggestion())
+    with pytest.raises(ReviewError, match="unknown decision 'escalate'"):
+        team.svc.decide(team.reviewer2, sid, "escalate")
+    with pytest.raises(ReviewError, match="use decision='modify'"):
+        team.svc.decide(team.reviewer2, sid, "approve", action={"discount": 0.1})
+    with pytest.raises(ReviewError, match="modify needs the changed action"):
+        team.svc.decide(team.reviewer2, sid, "modify")
+
+
+def test_batch_approval_refuses_high_risk_and_reports_why(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    ok = svc.submit(team.reviewer, make_suggestion())
+    high = svc.submit(team.reviewer, make_suggestion(discount=0.3))
+    own = svc.submit(team.approver, make_suggestion())
+    done = svc.submit(team.reviewer, make_suggestion())
+    svc.decide(team.reviewer2, done, "reject", reason="no")
+    result = svc.approve_batch(team.approver, [ok, high, own, done, 9999, ok])
+    assert result[ok] == "approved"
+    assert result[high].startswith("refused: high risk")
+    assert result[own].startswith("refused: alma submitted")
+    assert result[done].startswith("refused: suggestion") and "rejected" in result[done]
+    assert result[9999] == "refused: not found"
+    assert svc.get(team.viewer, high).state == "pending"
+    with pytest.raises(PermissionDenied):
+        svc.approve_batch(team.viewer, [high])
+
+
+# ---------------------------------------------------------------------------------------------------
+# audit
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_audit_appends_one_row_per_transition_and_rows_never_change(
+    team: Any, store: ReviewStore, make_suggestion: Make
+) -> None:
+    svc = team.svc
+    sid = svc.submit(team.reviewer, make_suggestion())
+    svc.decide(
+        team.approver, sid, "modify", action={**make_suggestion()["action"], "discount": 0.08}, reason="r"
+    )
+    claim = svc.claim("w1")
+    assert claim is not None
+    svc.complete(claim, {"campaign_id": 3})
+    svc.record_feedback(sid, {"profit": 4.5, "gmv": 100}, "market")
+    rows = svc.audit(team.viewer, sid)
+    assert [(r.from_state, r.to_state) for r in rows] == [
+        (None, "pending"),
+        ("pending", "modified"),
+        ("modified", "executing"),
+        ("executing", "executed"),
+        ("executed", "feedback_received"),
+    ]
+    assert [r.actor for r in rows] == ["rita", "alma", "worker:w1", "worker:w1", "market"]
+    modified = rows[1]
+    assert modified.before is not None and modified.before["action"]["discount"] == 0.05
+    assert modified.after["action"]["discount"] == 0.08 and modified.reason == "r"
+    assert all(r.at.tzinfo is not None for r in rows)
+    first = [r.to_dict() for r in rows]
+    # later activity only appends
+    other = svc.submit(team.reviewer, make_suggestion())
+    assert [r.to_dict() for r in svc.audit(team.viewer, sid)] == first
+    assert len(svc.audit(team.viewer)) == 6 and svc.audit(team.viewer)[-1].suggestion_id == other
+    # and the database refuses to change or delete them
+    for statement in (sa.update(AuditEntry).values(reason="edited"), sa.delete(AuditEntry)):
+        with pytest.raises(DBAPIError, match="append-only"), store.engine.begin() as connection:
+            connection.execute(statement)
+    with pytest.raises(ValueError, match="append-only"), store.session() as s:
+        s.scalars(sa.select(AuditEntry)).first().reason = "edited"  # type: ignore[union-attr]
+    assert [r.to_dict() for r in svc.audit(team.viewer, sid)] == first
+
+
+# ---------------------------------------------------------------------------------------------------
+# expiry
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_expiry(team: Any, clock: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    soon = svc.submit(team.reviewer, make_suggestion(expires_in_hours=1))
+    later = svc.submit(team.reviewer, make_suggestion(expires_in_hours=5))
+    decided = svc.submit(team.reviewer, make_suggestion(expires_in_hours=1))
+    svc.decide(team.reviewer2, decided, "approve")
+    assert svc.expire_due() == 0
+    clock.advance(hours=1)
+    with pytest.raises(InvalidTransition, match="expired at"):
+        svc.decide(team.reviewer2, soon, "approve")
+    assert svc.expire_due() == 1
+    assert [svc.get(team.viewer, i).state for i in (soon, later, decided)] == [
+        "expired",
+        "pending",
+        "approved",
+    ]
+    assert svc.audit(team.viewer, soon)[-1].actor == "system"
+    assert svc.expire_due() == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# exactly-once execution
+# ---------------------------------------------------------------------------------------------------
+
+
+def approved(team: Any, make_suggestion: Make, **kwargs: Any) -> int:
+    sid = int(team.svc.submit(team.reviewer, make_suggestion(**kwargs)))
+    team.svc.decide(team.approver, sid, "approve")
+    return sid
+
+
+def test_two_claims_only_one_gets_it(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    sid = approved(team, make_suggestion)
+    first = svc.claim("w1")
+    assert first is not None and first.suggestion_id == sid and first.attempt == 1
+    assert CampaignAction.from_dict(first.action).discount == 0.05
+    assert first.idempotency_key == f"suggestion-{sid}"
+    assert svc.claim("w2") is None
+    view = svc.get(team.viewer, sid)
+    assert (view.state, view.worker, view.attempt) == ("executing", "w1", 1)
+
+
+def test_concurrent_claims_hand_each_suggestion_to_one_worker(
+    team: Any, store: ReviewStore, clock: Any, make_suggestion: Make
+) -> None:
+    ids = {approved(team, make_suggestion) for _ in range(8)}
+    won: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def work(name: str) -> None:
+        own = ReviewStore(store.url)  # its own engine and connections, like another process
+        svc = ReviewService(own, clock=clock)
+        try:
+            while (claim := svc.claim(name)) is not None:
+                won.setdefault(name, []).append(claim.suggestion_id)
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            own.dispose()
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    claimed = [sid for sids in won.values() for sid in sids]
+    assert sorted(claimed) == sorted(ids)  # every one claimed, none twice
+
+
+def test_expired_lease_is_taken_over_and_the_old_claim_is_refused(
+    team: Any, clock: Any, make_suggestion: Make
+) -> None:
+    svc = team.svc
+    sid = approved(team, make_suggestion)
+    old = svc.claim("w1", lease_seconds=30)
+    assert old is not None
+    clock.advance(seconds=29)
+    assert svc.claim("w2") is None  # the lease still holds
+    clock.advance(seconds=2)
+    new = svc.claim("w2", lease_seconds=30)
+    assert new is not None
+    assert (new.suggestion_id, new.attempt, new.idempotency_key) == (sid, 2, old.idempotency_key)
+    with pytest.raises(InvalidTransition, match=r"claim lost: .* now held by worker w2 \(attempt 2\)"):
+        svc.complete(old, {"campaign_id": 1})
+    with pytest.raises(InvalidTransition, match="claim lost"):
+        svc.fail(old, "boom")
+    svc.complete(new, {"campaign_id": 1})
+    view = svc.get(team.viewer, sid)
+    assert (view.state, view.executions, view.result) == ("executed", 1, {"campaign_id": 1})
+    assert svc.audit(team.viewer, sid)[3].reason.startswith("lease of worker w1 (attempt 1) ran out")
+
+
+def test_complete_twice_is_refused_and_executions_stay_one(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    sid = approved(team, make_suggestion)
+    claim = svc.claim("w1")
+    assert claim is not None
+    svc.complete(claim, {"campaign_id": 9})
+    with pytest.raises(InvalidTransition, match=r"is executed, not executing; .* do not launch again"):
+        svc.complete(claim, {"campaign_id": 9})
+    assert svc.get(team.viewer, sid).executions == 1
+    assert svc.claim("w1") is None
+
+
+def test_fail_and_bad_results(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    sid = approved(team, make_suggestion)
+    claim = svc.claim("w1")
+    assert claim is not None
+    with pytest.raises(ReviewError, match="not JSON-able"):
+        svc.complete(claim, {"x": float("nan")})
+    svc.fail(claim, "market closed")
+    view = svc.get(team.viewer, sid)
+    assert (view.state, view.reason, view.executions) == ("failed", "market closed", 0)
+
+
+def test_worker_rechecks_the_deciders_role(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    high = approved(team, make_suggestion, discount=0.3)
+    low = approved(team, make_suggestion)
+    svc.set_role(team.admin, "alma", "reviewer")  # may no longer approve high risk
+    claim = svc.claim("w1")
+    assert claim is not None and claim.suggestion_id == low
+    view = svc.get(team.viewer, high)
+    assert view.state == "failed" and "alma is now a reviewer; high risk needs the approver" in (
+        view.reason or ""
+    )
+
+
+def test_feedback(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    sid = approved(team, make_suggestion)
+    with pytest.raises(InvalidTransition, match="is approved and cannot become feedback_received"):
+        svc.record_feedback(sid, {"profit": 1.0}, "market")
+    claim = svc.claim("w1")
+    assert claim is not None
+    svc.complete(claim, {"campaign_id": 1})
+    with pytest.raises(ReviewError, match="outcome key 'likes' is unknown"):
+        svc.record_feedback(sid, {"likes": 1.0}, "market")
+    svc.record_feedback(sid, {"profit": 1.5, "orders": 3}, "market")
+    view = svc.get(team.viewer, sid)
+    assert (view.state, view.outcome) == ("feedback_received", {"profit": 1.5, "orders": 3.0})
+    with pytest.raises(InvalidTransition, match="feedback_received is final"):
+        svc.record_feedback(sid, {"profit": 1.5}, "market")
+
+
+# ---------------------------------------------------------------------------------------------------
+# ratings
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_ratings_keep_subject_score_rater_and_time(team: Any, clock: Any) -> None:
+    svc = team.svc
+    rid = svc.rate(team.reviewer, "report:2025-03-01", 7.5, "clear")
+    rows = svc.ratings(team.viewer)
+    assert [(r.id, r.subject, r.score, r.rater, r.comment, r.at) for r in rows] == [
+        (rid, "report:2025-03-01", 7.5, "rita", "clear", clock.now)
+    ]
+    for bad in (-0.1, 10.5, float("nan"), True):
+        with pytest.raises(ReviewError, match="must be a number from 0 to 10"):
+            svc.rate(team.reviewer, "report", bad)
+    with pytest.raises(PermissionDenied):
+        svc.rate(team.viewer, "report", 5)
