@@ -1,0 +1,154 @@
+"""`propose`: suggestions from a tiny offline learner and a tiny PPO policy, queued with evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from transferlab.human_review.market import MarketGateway
+from transferlab.human_review.propose import (
+    ProposeError,
+    confidence_from,
+    load_policy,
+    market_observation,
+    propose,
+)
+from transferlab.human_review.schema import Evidence, classify_risk, effective_risk, parse_action
+from transferlab.human_review.service import ReviewService, User
+from transferlab.human_review.store import ReviewStore
+from transferlab.simulator.envs.campaign import OBS_DIM
+from transferlab.simulator.market import CATALOG, OBS_KEYS
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny logs, a simulator fitted on them, an offline run (DiscreteCQL, a few steps) and a PPO policy."""
+    from transferlab.offline.datasets import DatasetConfig
+    from transferlab.offline.evaluate import OfflineEvalConfig
+    from transferlab.offline.train import OfflineTrainConfig, train_offline
+    from transferlab.simulator.learned import LearnedSimulator
+    from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
+    from transferlab.simulator.train import CampaignPolicy
+    from transferlab.simulator.world_config import WorldConfig
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("propose")
+    logs = generate_logs(LogSpec(days=70, epsilon=0.3, world=WorldConfig(n_customers=200, seed=5)))
+    write_logs(logs, root / "logs")
+    LearnedSimulator.fit(logs).save(root / "sim")
+    config = OfflineTrainConfig(
+        learners=["discrete_cql"],
+        steps=30,
+        dataset=DatasetConfig(horizon=10),
+        evaluation=OfflineEvalConfig(episodes=2, n_boot=100, fqe_steps=0),
+    )
+    train_offline(logs, config, run_dir=root / "offline")
+    torch.manual_seed(0)
+    policy = CampaignPolicy(hidden=16)
+    policy.set_logit_prior(np.full(len(CATALOG), 1.0 / len(CATALOG)))
+    policy.save(root / "train" / "policy.pt")
+    torch.set_num_threads(threads)
+    return {
+        "logs": root / "logs",
+        "sim": root / "sim",
+        "learner": root / "offline" / "learners" / "discrete_cql",
+        "ppo": root / "train" / "policy.pt",
+        "root": root,
+    }
+
+
+@pytest.fixture
+def queue() -> tuple[ReviewService, User]:
+    svc = ReviewService(ReviewStore("sqlite://"))
+    admin = svc.add_user(None, "ada", "pw-ada", "admin")
+    return svc, svc.add_user(admin, "proposer", "pw-p", "reviewer")
+
+
+def _check_queued(svc: ReviewService, actor: User, ids: list[int], n: int) -> None:
+    assert len(ids) == n
+    views = [svc.get(actor, i) for i in ids]
+    assert len({json.dumps(v.action, sort_keys=True) for v in views}) == n  # n different campaigns
+    for v in views:
+        assert v.state == "pending" and v.submitted_by == actor.name
+        action = parse_action(v.action)
+        assert action.budget > 0  # "no campaign" is never queued
+        evidence = Evidence.model_validate(v.evidence)
+        assert set(evidence.predicted) >= {"orders", "gmv", "profit"}
+        assert evidence.policy and evidence.run_dir
+        for iv in evidence.predicted.values():
+            assert iv.low <= iv.estimate <= iv.high
+        assert v.reasoning.startswith("The ") and "profit" in v.reasoning
+        assert 0.05 <= v.confidence <= 0.95
+        ours = classify_risk(action, evidence, v.confidence)
+        assert v.risk == effective_risk(v.claimed_risk, ours)  # recomputed by the service
+        first = svc.audit(actor, v.id)[0]
+        assert first.reason is not None and f"ours {ours}" in first.reason
+
+
+def test_propose_from_an_offline_learner(
+    artifacts: dict[str, Path], queue: tuple[ReviewService, User]
+) -> None:
+    svc, actor = queue
+    ids = propose(svc, actor, artifacts["learner"], artifacts["logs"], simulator_dir=artifacts["sim"], n=3)
+    _check_queued(svc, actor, ids, 3)
+    ope = svc.get(actor, ids[0]).evidence["ope"]
+    assert ope is not None and ope["estimator"] == "sndr" and "ess" in ope
+    assert ope["low"] <= ope["estimate"] <= ope["high"]
+    assert "Off-policy evaluation (sndr)" in svc.get(actor, ids[0]).reasoning
+    policy = load_policy(artifacts["learner"])
+    assert policy.score_name == "Q-value"  # next best by Q-value
+    obs = market_observation(artifacts["logs"])
+    assert policy.ranked(obs)[0][0] == policy.act(obs)
+
+
+def test_propose_from_a_ppo_policy_in_the_market(
+    artifacts: dict[str, Path], queue: tuple[ReviewService, User]
+) -> None:
+    svc, actor = queue
+    market = artifacts["root"] / "market"
+    MarketGateway.from_logs(market, artifacts["logs"])
+    ids = propose(
+        svc,
+        actor,
+        artifacts["ppo"],
+        artifacts["logs"],
+        simulator_dir=artifacts["sim"],
+        n=2,
+        market_dir=market,
+    )
+    _check_queued(svc, actor, ids, 2)
+    view = svc.get(actor, ids[0])
+    assert view.evidence["ope"] is None and view.evidence["policy"] == "ppo:ppo"
+    assert "No off-policy estimate" in view.reasoning
+    assert svc.get(actor, ids[1]).confidence < view.confidence  # a lower-ranked choice
+
+
+def test_market_observation_is_the_env_observation(artifacts: dict[str, Path]) -> None:
+    market = artifacts["root"] / "market-obs"
+    gateway = MarketGateway.from_logs(market, artifacts["logs"])
+    obs = market_observation(artifacts["logs"], market)
+    assert obs.shape == (OBS_DIM,) and obs[-1] == 1.0
+    state = gateway.world().observe()
+    assert obs[: len(OBS_KEYS)].tolist() == [state[k] for k in OBS_KEYS]
+    with pytest.raises(ProposeError, match="review market init"):
+        market_observation(artifacts["logs"], artifacts["root"] / "nowhere")
+
+
+def test_bad_policy_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ProposeError, match="neither a PPO policy"):
+        load_policy(tmp_path)
+
+
+def test_confidence_rule() -> None:
+    trusted = {"estimate": 10.0, "low": 8.0, "high": 12.0, "trusted": True}
+    untrusted = {**trusted, "trusted": False}
+    assert confidence_from(trusted, {}, 0) == 0.72  # 0.9 * (1 - 0.5 * 0.4)
+    assert confidence_from(untrusted, {}, 0) < confidence_from(trusted, {}, 0)
+    assert confidence_from(trusted, {}, 1) == round(0.72 * 0.9, 3)
+    wide = {"estimate": 1.0, "low": -50.0, "high": 50.0, "trusted": True}
+    assert confidence_from(wide, {}, 0) == 0.45  # a wide interval halves it at most
