@@ -1,0 +1,359 @@
+"""What the review app's pages show, as plain data: rows, diffs, chart frames, a safe CSV export.
+
+The Streamlit pages (``transferlab/apps/pages``) only lay these out; everything that can be tested
+without a browser lives here, and this module never imports streamlit.
+
+    >>> action_diff({"discount": 0.1, "budget": 30.0}, {"discount": 0.05, "budget": 30.0})
+    [{'field': 'discount', 'before': 0.1, 'after': 0.05}]
+    >>> safe_cell("=HYPERLINK(1)"), safe_cell("plain"), safe_cell(-3.5)
+    ("'=HYPERLINK(1)", 'plain', -3.5)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from transferlab.human_review.auth import Role, role_allows
+from transferlab.human_review.service import AuditRow, ReviewService, SuggestionView, User
+from transferlab.human_review.store import UserRow
+from transferlab.simulator.market import PROMO_CATEGORIES, TARGETS
+
+__all__ = [
+    "ACTION_FIELDS",
+    "ALL",
+    "CATEGORY_CHOICES",
+    "EXECUTED_STATES",
+    "PAGES",
+    "QUEUE_STATES",
+    "RISK_FILTERS",
+    "SEGMENT_CHOICES",
+    "SORTS",
+    "action_diff",
+    "action_summary",
+    "audit_csv",
+    "audit_rows",
+    "batch_candidates",
+    "can_decide",
+    "current_user",
+    "evidence_rows",
+    "executed_rows",
+    "ope_summary",
+    "pages_for",
+    "parse_id",
+    "queue_filters",
+    "queue_rows",
+    "results_rows",
+    "results_summary",
+    "safe_cell",
+]
+
+#: The choice meaning "no filter" in the queue's select boxes.
+ALL = "all"
+QUEUE_STATES: tuple[str, ...] = (
+    "pending",
+    ALL,
+    "approved",
+    "modified",
+    "rejected",
+    "expired",
+    "executing",
+    "executed",
+    "failed",
+    "feedback_received",
+)
+RISK_FILTERS: tuple[str, ...] = (ALL, "low", "medium", "high")
+SORTS: tuple[str, ...] = ("risk", "expiry", "created")
+#: States shown on the executed page (launched, or tried to be).
+EXECUTED_STATES: tuple[str, ...] = ("executing", "executed", "failed", "feedback_received")
+#: The campaign fields a reviewer may change with "modify", in display order.
+ACTION_FIELDS: tuple[str, ...] = ("discount", "push_hour", "segment", "budget", "category", "products")
+SEGMENT_CHOICES: tuple[str, ...] = TARGETS
+CATEGORY_CHOICES: tuple[str, ...] = PROMO_CATEGORIES
+#: Every page of the app and the least role that sees it (all of them: decisions are gated inside).
+PAGES: dict[str, Role] = {
+    "queue": "viewer",
+    "suggestion": "viewer",
+    "executed": "viewer",
+    "audit": "viewer",
+    "results": "viewer",
+}
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+# ----------------------------------------------------------------------------------------------------
+# users and roles
+# ----------------------------------------------------------------------------------------------------
+
+
+def current_user(service: ReviewService, name: str | None) -> User | None:
+    """The signed-in user as stored now (its role re-read on every rerun), or None when unknown.
+
+    The app keeps only the user name in its session; the service has no lookup by name, so this reads
+    the user table (the service re-checks the role on every call anyway).
+    """
+    if not name:
+        return None
+    with service.store.session() as s:
+        row = s.scalar(select(UserRow).where(UserRow.name == name))
+        if row is None:
+            return None
+        return User(id=row.id, name=row.name, role=row.role, created_at=row.created_at)  # type: ignore[arg-type]
+
+
+def can_decide(role: str) -> bool:
+    """Whether ``role`` may approve, modify or reject at all (the service still checks each case)."""
+    return role_allows(role, "reviewer")
+
+
+def pages_for(role: str) -> list[str]:
+    """The pages ``role`` sees, in navigation order."""
+    return [page for page, needed in PAGES.items() if role_allows(role, needed)]
+
+
+def parse_id(value: Any) -> int | None:
+    """A suggestion id from a query parameter (``"7"``), or None when absent or malformed."""
+    if isinstance(value, list | tuple):
+        value = value[0] if value else None
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+# ----------------------------------------------------------------------------------------------------
+# queue
+# ----------------------------------------------------------------------------------------------------
+
+
+def queue_filters(state: str, risk: str, sort: str) -> dict[str, Any]:
+    """``ReviewService.list`` keyword arguments for the queue's select boxes (``"all"``: no filter)."""
+    if state not in QUEUE_STATES:
+        raise ValueError(f"unknown state filter {state!r}; use one of {', '.join(QUEUE_STATES)}")
+    if risk not in RISK_FILTERS:
+        raise ValueError(f"unknown risk filter {risk!r}; use one of {', '.join(RISK_FILTERS)}")
+    if sort not in SORTS:
+        raise ValueError(f"unknown sort {sort!r}; use one of {', '.join(SORTS)}")
+    return {
+        "state": None if state == ALL else state,
+        "risk": None if risk == ALL else risk,
+        "sort": sort,
+    }
+
+
+def action_summary(action: Mapping[str, Any]) -> str:
+    """One line: ``10% off all, push 20h, segment loyal, budget 30``."""
+    discount = float(action.get("discount", 0.0))
+    category = action.get("category", "all")
+    budget = float(action.get("budget", 0.0))
+    text = (
+        f"{discount:.0%} off {category}, push {action.get('push_hour', '?')}h, "
+        f"segment {action.get('segment', '?')}, budget {budget:g}"
+    )
+    products = action.get("products") or []
+    return f"{text}, products {', '.join(map(str, products))}" if products else text
+
+
+def _hours_left(expires_at: datetime, now: datetime) -> float:
+    return round((expires_at - now).total_seconds() / 3600.0, 1)
+
+
+def queue_rows(views: Sequence[SuggestionView], now: datetime) -> list[dict[str, Any]]:
+    """One flat row per suggestion for the queue table, in the order given (the service sorted)."""
+    return [
+        {
+            "id": v.id,
+            "state": v.state,
+            "risk": v.risk,
+            "claimed risk": v.claimed_risk,
+            "confidence": round(v.confidence, 3),
+            "action": action_summary(v.action),
+            "submitted by": v.submitted_by,
+            "expires at": v.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
+            "hours left": _hours_left(v.expires_at, now) if v.state == "pending" else None,
+        }
+        for v in views
+    ]
+
+
+def batch_candidates(views: Iterable[SuggestionView], user_name: str) -> list[int]:
+    """Ids a batch approval may take: pending, low or medium risk, not submitted by ``user_name``.
+
+    Only a convenience for the picker; the service refuses anything else on its own.
+    """
+    return [v.id for v in views if v.state == "pending" and v.risk != "high" and v.submitted_by != user_name]
+
+
+# ----------------------------------------------------------------------------------------------------
+# suggestion
+# ----------------------------------------------------------------------------------------------------
+
+
+def action_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The changed fields of an action, ``[{"field", "before", "after"}]``, in :data:`ACTION_FIELDS` order."""
+    order = [f for f in ACTION_FIELDS if f in old or f in new]
+    order += sorted((set(old) | set(new)) - set(order))
+    return [
+        {"field": f, "before": old.get(f), "after": new.get(f)} for f in order if old.get(f) != new.get(f)
+    ]
+
+
+def evidence_rows(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The simulator's predicted outcome intervals as chart rows: metric, estimate, low, high."""
+    predicted = evidence.get("predicted") or {}
+    return [
+        {
+            "metric": key,
+            "estimate": float(iv["estimate"]),
+            "low": float(iv["low"]),
+            "high": float(iv["high"]),
+        }
+        for key, iv in predicted.items()
+    ]
+
+
+def ope_summary(evidence: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The OPE estimate with its interval and coverage flag, or None when the evidence has none.
+
+    ``covered`` says whether the estimator's diagnostics (``trusted``: enough effective sample size,
+    support of the logged policy) let us believe the interval.
+    """
+    ope = evidence.get("ope")
+    if not ope:
+        return None
+    ess = ope.get("ess")
+    return {
+        "estimator": str(ope.get("estimator", "?")),
+        "estimate": float(ope.get("estimate", math.nan)),
+        "low": float(ope.get("low", math.nan)),
+        "high": float(ope.get("high", math.nan)),
+        "covered": bool(ope.get("trusted", False)),
+        "ess": float(ess) if ess is not None else None,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# executed and results
+# ----------------------------------------------------------------------------------------------------
+
+
+def executed_rows(views: Sequence[SuggestionView]) -> list[dict[str, Any]]:
+    """Executed (or executing / failed) suggestions with their market receipt and outcome so far."""
+    rows = []
+    for v in views:
+        result = v.result or {}
+        outcome = v.outcome or {}
+        rows.append(
+            {
+                "id": v.id,
+                "state": v.state,
+                "action": action_summary(v.action),
+                "decided by": v.decided_by,
+                "executions": v.executions,
+                "campaign": result.get("campaign_id"),
+                "launched on day": result.get("day"),
+                "key": result.get("key", v.idempotency_key),
+                "outcome": ", ".join(f"{k}={float(x):.3g}" for k, x in outcome.items())
+                or ("matures later" if v.state == "executed" else ""),
+                "note": v.reason if v.state == "failed" else "",
+            }
+        )
+    return rows
+
+
+def results_rows(views: Iterable[SuggestionView]) -> list[dict[str, Any]]:
+    """Predicted vs real: one row per (suggestion, metric) with both a prediction and a real outcome."""
+    rows = []
+    for v in views:
+        if not v.outcome:
+            continue
+        for pred in evidence_rows(v.evidence):
+            real = v.outcome.get(pred["metric"])
+            if real is None:
+                continue
+            rows.append(
+                {
+                    "id": v.id,
+                    "metric": pred["metric"],
+                    "predicted": pred["estimate"],
+                    "low": pred["low"],
+                    "high": pred["high"],
+                    "real": float(real),
+                    "error": float(real) - pred["estimate"],
+                    "inside interval": pred["low"] <= float(real) <= pred["high"],
+                }
+            )
+    return rows
+
+
+def results_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per metric: how many, mean absolute error and the share of real outcomes inside the interval."""
+    by_metric: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_metric.setdefault(str(row["metric"]), []).append(row)
+    return [
+        {
+            "metric": metric,
+            "n": len(group),
+            "mean abs error": sum(abs(float(r["error"])) for r in group) / len(group),
+            "coverage": sum(bool(r["inside interval"]) for r in group) / len(group),
+        }
+        for metric, group in sorted(by_metric.items())
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------
+# audit
+# ----------------------------------------------------------------------------------------------------
+
+
+def _json(value: Any) -> str:
+    return "" if value is None else json.dumps(value, sort_keys=True, default=str)
+
+
+def audit_rows(rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
+    """The audit trail as flat rows (before/after as JSON text)."""
+    return [
+        {
+            "id": r.id,
+            "suggestion": r.suggestion_id,
+            "actor": r.actor,
+            "at": r.at.isoformat(),
+            "from": r.from_state or "",
+            "to": r.to_state,
+            "reason": r.reason or "",
+            "before": _json(r.before),
+            "after": _json(r.after),
+        }
+        for r in rows
+    ]
+
+
+def safe_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet will not run: text starting with ``= + - @``, tab or CR gets a ``'``.
+
+    Numbers pass as they are (their text is never a formula); so does other text.
+    """
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def audit_csv(rows: Sequence[AuditRow]) -> bytes:
+    """The audit trail as UTF-8 CSV, every text cell passed through :func:`safe_cell`."""
+    flat = audit_rows(rows)
+    columns = ["id", "suggestion", "actor", "at", "from", "to", "reason", "before", "after"]
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    writer.writerow(columns)
+    for row in flat:
+        writer.writerow([safe_cell(row[c]) for c in columns])
+    return out.getvalue().encode("utf-8")
