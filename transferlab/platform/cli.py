@@ -32,6 +32,7 @@ import transferlab
 from transferlab.coding_rl.cli import app as coding_app
 from transferlab.coding_rl.sandbox.cli import Backend
 from transferlab.coding_rl.sandbox.cli import app as sandbox_app
+from transferlab.human_review.cli import app as review_app
 from transferlab.offline.cli import app as offline_app
 from transferlab.simulator.cli import app as sim_app
 
@@ -59,6 +60,7 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(coding_app, name="coding")
 app.add_typer(sim_app, name="sim")
 app.add_typer(offline_app, name="offline")
+app.add_typer(review_app, name="review")
 
 RunsRootOption = Annotated[
     Path, typer.Option("--runs-root", help="Root directory of the run store (<root>/<experiment>/<run-id>/).")

@@ -1,0 +1,502 @@
+"""`transferlab review ...`: the human review workflow on the command line (issue 7).
+
+Commands::
+
+    transferlab review users add NAME --role ROLE [--user ADMIN]
+    transferlab review submit FILE.json                              # prints the new id only
+    transferlab review list [--json] [--state S] [--risk R] [--sort risk|expiry|created]
+    transferlab review decide ID approve|reject|modify [--reason TEXT] [--action FILE.json]
+    transferlab review show ID [--json]                              # state, executions, audit trail
+    transferlab review worker [--once] [--market DIR] [--lease-seconds S]
+    transferlab review propose --policy PATH --logs LOGS_DIR [--simulator SIM_DIR] [--n N] [--market DIR]
+    transferlab review market init --dir DIR --logs LOGS_DIR
+    transferlab review market advance --dir DIR --days N [--json]
+    transferlab review serve [--port P]                              # the Streamlit review app
+
+Every command that reads or changes the review database takes ``--db URL`` (default: a SQLite file
+in the user data directory, or ``$TRANSFERLAB_REVIEW_DB``) and acts as ``--user NAME``, signed in
+with the password in ``$TRANSFERLAB_PASSWORD``. ``users add`` gives the new account the password in
+``$TRANSFERLAB_NEW_PASSWORD`` when set, else ``$TRANSFERLAB_PASSWORD``; on an empty database the
+first account (an admin) is created without ``--user``. ``market`` works on the market's journal,
+not the database, and ``serve`` leaves signing in to the app.
+
+The worker's default market is the folder ``market/`` next to the SQLite file (``--market`` is
+required with other databases); make it with ``review market init``.
+
+Exit codes: 0 done; 2 refused or bad input (a malformed suggestion, an invalid transition, a
+missing file or password, a bad option); 3 not allowed (wrong user or password, or a role too low,
+self-approval and the other permission refusals). A refusal prints one ``error: ...`` line on
+stderr and stores nothing.
+
+Only typer and the standard library are imported at module level; the service, SQLAlchemy, the
+market and the policies are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from transferlab.human_review.service import ReviewService, User
+
+EXIT_OK = 0
+EXIT_REFUSED = 2
+EXIT_DENIED = 3
+ENV_PASSWORD = "TRANSFERLAB_PASSWORD"
+ENV_NEW_PASSWORD = "TRANSFERLAB_NEW_PASSWORD"
+ENV_REVIEW_DB = "TRANSFERLAB_REVIEW_DB"
+
+app = typer.Typer(
+    name="review",
+    help="Human review: suggestions, approval, exactly-once execution, delayed feedback.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+users_app = typer.Typer(name="users", help="Accounts and roles.", no_args_is_help=True, rich_markup_mode=None)
+market_app = typer.Typer(
+    name="market",
+    help="The market suggestions are launched into.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(users_app, name="users")
+app.add_typer(market_app, name="market")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Review database URL (sqlite:///PATH or postgresql+psycopg://...); default: "
+        "$TRANSFERLAB_REVIEW_DB or review.db in the user data directory.",
+        show_default=False,
+    ),
+]
+UserOption = Annotated[
+    str | None,
+    typer.Option("--user", help="Act as this user (password in $TRANSFERLAB_PASSWORD).", show_default=False),
+]
+
+
+def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def _url(db: str | None) -> str:
+    from transferlab.human_review.store import default_url
+
+    return db or default_url()
+
+
+def _service(db: str | None) -> ReviewService:
+    from transferlab.human_review.service import ReviewService
+    from transferlab.human_review.store import ReviewStore
+
+    url = _url(db)
+    try:
+        return ReviewService(ReviewStore(url))
+    except Exception as exc:  # a bad URL, an unreachable server, a missing driver
+        fail(f"cannot open the review database {url}: {str(exc).splitlines()[0]}")
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """Turn review errors into one line and an exit code (3 for auth/permission, else 2)."""
+    from transferlab.human_review.propose import ProposeError
+    from transferlab.human_review.service import AuthError, PermissionDenied, ReviewError
+
+    try:
+        yield
+    except (AuthError, PermissionDenied) as exc:
+        fail(str(exc), EXIT_DENIED)
+    except (ReviewError, ProposeError) as exc:
+        fail(str(exc))
+
+
+def _password(env: str = ENV_PASSWORD, who: str = "the --user") -> str:
+    password = os.environ.get(env, "")
+    if not password:
+        fail(f"set {env} to {who}'s password (it is never taken on the command line)")
+    return password
+
+
+def _sign_in(service: ReviewService, user: str | None) -> User:
+    if not user:
+        fail("name the acting user with --user NAME (its password in $TRANSFERLAB_PASSWORD)")
+    password = _password()
+    with _refusals():
+        return service.authenticate(user, password)
+    raise AssertionError("unreachable")  # pragma: no cover  (fail() exits)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        fail(f"{what} {path} does not exist")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {what} {path}: {exc}")
+    except json.JSONDecodeError as exc:
+        fail(f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
+
+
+# ---------------------------------------------------------------------------------------------- users
+
+
+@users_app.command("add")
+def users_add_command(
+    name: Annotated[str, typer.Argument(help="The new account's name.")],
+    role: Annotated[str, typer.Option("--role", help="viewer, reviewer, approver or admin.")],
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Add an account (password from $TRANSFERLAB_NEW_PASSWORD, else $TRANSFERLAB_PASSWORD).
+
+    The first account of an empty database needs no --user and must be an admin; after that an admin
+    adds accounts.
+    """
+    service = _service(db)
+    actor = _sign_in(service, user) if user else None
+    new_password = os.environ.get(ENV_NEW_PASSWORD) or _password(who=f"the new account {name}")
+    with _refusals():
+        created = service.add_user(actor, name, new_password, role)  # type: ignore[arg-type]
+    if actor is not None and not os.environ.get(ENV_NEW_PASSWORD):
+        print(
+            f"note: {created.name} got {actor.name}'s password from {ENV_PASSWORD}; "
+            f"set {ENV_NEW_PASSWORD} to give it its own",
+            file=sys.stderr,
+        )
+    print(f"added {created.name} ({created.role})")
+
+
+# ----------------------------------------------------------------------------------- suggestions
+
+
+@app.command("submit")
+def submit_command(
+    file: Annotated[
+        Path, typer.Argument(help="A suggestion as JSON (action, reasoning, confidence, risk, ...).")
+    ],
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Queue a suggestion; prints its id only."""
+    data = _read_json(file, "suggestion file")
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        print(service.submit(actor, data))
+
+
+@app.command("list")
+def list_command(
+    db: DbOption = None,
+    user: UserOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of suggestions.")] = False,
+    state: Annotated[str | None, typer.Option("--state", help="Only this state.", show_default=False)] = None,
+    risk: Annotated[str | None, typer.Option("--risk", help="Only this risk.", show_default=False)] = None,
+    sort: Annotated[str, typer.Option("--sort", help="risk, expiry or created.")] = "risk",
+) -> None:
+    """The queue: highest risk first, then soonest expiry."""
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        views = service.list(actor, state=state, risk=risk, sort=sort)  # type: ignore[arg-type]
+        pending = service.pending_count(actor)
+    if as_json:
+        print(json.dumps([v.to_dict() for v in views]))
+        return
+    print(f"{pending} pending, {len(views)} listed")
+    if views:
+        print(f"{'id':>5}  {'state':<17} {'risk':<6} {'conf':>5}  {'expires (UTC)':<16}  action")
+    for v in views:
+        a = v.action
+        action = (
+            f"{a['discount']:.0%} off {a['category']}, {a['push_hour']}:00, {a['segment']}, "
+            f"budget {a['budget']:g}"
+        )
+        print(
+            f"{v.id:>5}  {v.state:<17} {v.risk:<6} {v.confidence:>5.2f}  "
+            f"{v.expires_at.strftime('%Y-%m-%d %H:%M'):<16}  {action}"
+        )
+
+
+@app.command("decide")
+def decide_command(
+    suggestion_id: Annotated[int, typer.Argument(metavar="ID", help="The suggestion's id.")],
+    decision: Annotated[str, typer.Argument(metavar="approve|reject|modify", help="The decision.")],
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why (required to reject).", show_default=False)
+    ] = None,
+    action: Annotated[
+        Path | None,
+        typer.Option("--action", help="The changed action as JSON (required to modify).", show_default=False),
+    ] = None,
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Approve, reject (with --reason) or modify (with --action FILE.json) a pending suggestion."""
+    if decision not in ("approve", "reject", "modify"):
+        fail(f"unknown decision {decision!r}; use approve, reject or modify")
+    if decision == "modify" and action is None:
+        fail("modify needs the changed action: --action FILE.json")
+    changed = _read_json(action, "action file") if action is not None else None
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        view = service.decide(actor, suggestion_id, decision, reason=reason, action=changed)  # type: ignore[arg-type]
+    print(f"suggestion {view.id}: {view.state} (risk {view.risk})")
+
+
+@app.command("show")
+def show_command(
+    suggestion_id: Annotated[int, typer.Argument(metavar="ID", help="The suggestion's id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """One suggestion with its state, executions (market launches) and audit trail."""
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        view = service.get(actor, suggestion_id)
+        audit = service.audit(actor, suggestion_id)
+    data = view.to_dict() | {"audit": [row.to_dict() for row in audit]}
+    if as_json:
+        print(json.dumps(data))
+        return
+    print(
+        f"suggestion {view.id}: {view.state}, risk {view.risk} (claimed {view.claimed_risk}), "
+        f"confidence {view.confidence:.2f}, executions {view.executions}"
+    )
+    print(f"action: {json.dumps(view.action)}")
+    if view.original_action is not None:
+        print(f"original action: {json.dumps(view.original_action)}")
+    print(f"reasoning: {view.reasoning}")
+    if view.outcome is not None:
+        print(f"outcome: {json.dumps(view.outcome)}")
+    print("audit:")
+    for row in audit:
+        why = f" ({row.reason})" if row.reason else ""
+        print(f"  {row.at.isoformat()}  {row.actor}: {row.from_state or '-'} -> {row.to_state}{why}")
+
+
+# -------------------------------------------------------------------------------------------- worker
+
+
+def default_market_dir(url: str) -> Path | None:
+    """``market/`` next to a SQLite file; None for other databases (and in-memory SQLite)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url in (prefix, f"{prefix}:memory:"):
+        return None
+    return Path(url[len(prefix) :]).parent / "market"
+
+
+def _gateway(market: Path | None, url: str) -> Any:
+    from transferlab.human_review.market import JOURNAL, MarketGateway
+
+    directory = market or default_market_dir(url)
+    if directory is None:
+        fail(f"--db {url} is not a SQLite file: give the market directory with --market DIR")
+    if not (directory / JOURNAL).is_file():
+        fail(
+            f"no market in {directory}: create it with "
+            f"`transferlab review market init --dir {directory} --logs LOGS_DIR`"
+        )
+    return MarketGateway(directory)
+
+
+@app.command("worker")
+def worker_command(
+    once: Annotated[bool, typer.Option("--once", help="Execute what is claimable now, then exit.")] = False,
+    market: Annotated[
+        Path | None,
+        typer.Option(
+            "--market",
+            help="Market directory (default: market/ next to the SQLite file).",
+            show_default=False,
+        ),
+    ] = None,
+    lease_seconds: Annotated[
+        float,
+        typer.Option("--lease-seconds", help="How long a claim is held before another worker may take it."),
+    ] = 60.0,
+    worker_id: Annotated[
+        str | None, typer.Option("--worker-id", help="Name in claims and audit rows.", show_default=False)
+    ] = None,
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Execute approved suggestions exactly once and record matured results as feedback."""
+    import socket
+
+    from transferlab.human_review.worker import run_worker
+
+    if lease_seconds <= 0:
+        fail(f"--lease-seconds must be positive, got {lease_seconds}")
+    url = _url(db)
+    service = _service(db)
+    actor = _sign_in(service, user)
+    gateway = _gateway(market, url)
+    name = worker_id or f"{actor.name}@{socket.gethostname()}:{os.getpid()}"
+    try:
+        with _refusals():
+            stats = run_worker(service, gateway, name, once=once, lease_seconds=lease_seconds, log=print)
+    except KeyboardInterrupt:
+        print("worker stopped", file=sys.stderr)
+        return
+    print(
+        f"worker {name}: executed {stats.executed}, failed {stats.failed}, recovered {stats.recovered}, "
+        f"feedback {stats.feedback}, expired {stats.expired}"
+    )
+
+
+# ------------------------------------------------------------------------------------------- propose
+
+
+@app.command("propose")
+def propose_command(
+    policy: Annotated[
+        Path, typer.Option("--policy", help="A PPO policy.pt (sim train) or an offline learners/<name>/ dir.")
+    ],
+    logs: Annotated[Path, typer.Option("--logs", help="The log directory the policy was trained on.")],
+    simulator: Annotated[
+        Path | None,
+        typer.Option(
+            "--simulator", help="A learned simulator dir, for predicted outcomes.", show_default=False
+        ),
+    ] = None,
+    n: Annotated[int, typer.Option("--n", help="How many suggestions (the policy's top choices).")] = 3,
+    market: Annotated[
+        Path | None,
+        typer.Option(
+            "--market",
+            help="Market directory whose present is the state (default: end of logs).",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Queue suggestions from a trained policy at the current market state, with evidence."""
+    from transferlab.human_review.propose import propose
+
+    if n < 1:
+        fail(f"--n must be at least 1, got {n}")
+    for option, path in (
+        ("--policy", policy),
+        ("--logs", logs),
+        ("--simulator", simulator),
+        ("--market", market),
+    ):
+        if path is not None and not path.exists():
+            fail(f"{option} {path} does not exist")
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        ids = propose(service, actor, policy, logs, simulator_dir=simulator, n=n, market_dir=market)
+        views = [service.get(actor, i) for i in ids]
+    for v in views:
+        print(f"queued suggestion {v.id}: risk {v.risk}, confidence {v.confidence:.2f}")
+
+
+# -------------------------------------------------------------------------------------------- market
+
+
+@market_app.command("init")
+def market_init_command(
+    directory: Annotated[Path, typer.Option("--dir", help="The market directory to create.")],
+    logs: Annotated[Path, typer.Option("--logs", help="Log directory whose world the market continues.")],
+) -> None:
+    """Create a market that continues the world of a log directory after its logged history."""
+    from transferlab.human_review.market import MarketGateway
+
+    try:
+        gateway = MarketGateway.from_logs(directory, logs)
+    except (ValueError, OSError) as exc:
+        fail(str(exc).splitlines()[0])
+    print(f"market in {directory}: day {gateway.day()}")
+
+
+@market_app.command("advance")
+def market_advance_command(
+    directory: Annotated[Path, typer.Option("--dir", help="The market directory.")],
+    days: Annotated[int, typer.Option("--days", help="Days to move the world's clock on.")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the matured results as JSON.")] = False,
+) -> None:
+    """Move the market's clock on; prints the results that matured meanwhile."""
+    from transferlab.human_review.market import JOURNAL, MarketGateway
+
+    if days < 1:
+        fail(f"--days must be at least 1, got {days}")
+    if not (directory / JOURNAL).is_file():
+        fail(
+            f"no market in {directory}: create it with `transferlab review market init --dir {directory} ...`"
+        )
+    gateway = MarketGateway(directory)
+    matured = gateway.advance(days)
+    if as_json:
+        print(json.dumps({"day": gateway.day(), "matured": [r.to_dict() for r in matured]}))
+        return
+    print(f"market day {gateway.day()}: {len(matured)} result(s) matured")
+    for r in matured:
+        profit, gmv = r.outcome.get("profit", float("nan")), r.outcome.get("gmv", float("nan"))
+        print(
+            f"  {r.key}: campaign {r.campaign_id} launched day {r.day_launched}, "
+            f"matured day {r.day_matured}: profit {profit:.2f}, gmv {gmv:.2f}"
+        )
+
+
+# --------------------------------------------------------------------------------------------- serve
+
+
+def review_app_path() -> Path:
+    """Where the Streamlit review app lives (``transferlab/apps/review_app.py``)."""
+    import transferlab
+
+    return Path(transferlab.__file__).parent / "apps" / "review_app.py"
+
+
+def serve_command_line(port: int) -> list[str]:
+    """The ``streamlit run`` command line of the review app."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(review_app_path()),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+    ]
+
+
+@app.command("serve")
+def serve_command(
+    port: Annotated[int, typer.Option("--port", help="Port of the app.")] = 8501,
+    db: DbOption = None,
+) -> None:
+    """Open the Streamlit review app on the database (people sign in in the app)."""
+    import subprocess
+
+    path = review_app_path()
+    if not path.is_file():
+        fail(f"the review app {path} is not installed yet; update transferlab (it ships transferlab/apps/)")
+    env = os.environ | {ENV_REVIEW_DB: _url(db)}
+    print(f"review app on http://localhost:{port} (database {env[ENV_REVIEW_DB]})", file=sys.stderr)
+    try:
+        code = subprocess.call(serve_command_line(port), env=env)
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
