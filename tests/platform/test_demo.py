@@ -155,6 +155,28 @@ def test_demo_trains_offline_learners_and_values_them(demo_run: tuple[DemoResult
     assert {"demo/offline/discrete_cql/world", "demo/offline/marketer/world"} <= keys
 
 
+def test_demo_queues_suggestions_for_review(demo_run: tuple[DemoResult, str]) -> None:
+    from transferlab.human_review.service import ReviewService
+    from transferlab.human_review.store import ReviewStore
+
+    result, output = demo_run
+    section = result.summaries["review: suggestions from the trained policies, queued for people"]
+    assert set(section["queued"]) == {"ppo", "discrete_cql"}
+    ids = [i for queued in section["queued"].values() for i in queued]
+    assert len(ids) == section["pending"] == 6 and sum(section["risk"].values()) == 6
+    assert f"review queue: {section['pending']} pending" in output
+    assert f"TRANSFERLAB_PASSWORD=demo-admin transferlab review serve --db {section['db']}" in output
+    assert (Path(section["market"]) / "market.json").is_file()
+    service = ReviewService(ReviewStore(section["db"]))
+    admin = service.authenticate("admin", "demo-admin")
+    views = {v.id: v for v in service.list(admin, state="pending")}
+    assert sorted(views) == sorted(ids)
+    for sid in ids:
+        assert {"orders", "gmv", "profit"} <= set(views[sid].evidence["predicted"])
+    assert all(views[sid].evidence["ope"] is not None for sid in section["queued"]["discrete_cql"])
+    assert service.authenticate("reviewer", "demo-reviewer").role == "reviewer"
+
+
 def test_demo_runs_the_agents(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     agents = result.summaries["coding: scripted agents in CodeRepair-v0"]
@@ -224,6 +246,7 @@ def test_the_default_sections() -> None:
         "coding: a tiny policy trained with SFT then GRPO",
         "ecommerce: logs, a simulator learned from them, a policy trained in it",
         "ecommerce: offline RL from the logs, judged by OPE and in the world",
+        "review: suggestions from the trained policies, queued for people",
     ]
 
 

@@ -464,6 +464,98 @@ def ecommerce_offline(ctx: DemoContext) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- ecommerce: human review
+
+DEMO_REVIEW_USERS = {"admin": ("admin", "demo-admin"), "reviewer": ("reviewer", "demo-reviewer")}
+"""Demo accounts of the review database: name -> (role, password). Demo passwords, printed on purpose."""
+DEMO_REVIEW_SUGGESTIONS = 3
+
+
+def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
+    """Suggestions from the trained PPO policy and the offline DiscreteCQL learner, at the present of a
+    market that continues the logged world, queued for people in a SQLite review database."""
+    from rich.table import Table
+
+    from transferlab.human_review.market import MarketGateway
+    from transferlab.human_review.propose import propose
+    from transferlab.human_review.service import ReviewService
+    from transferlab.human_review.store import ReviewStore
+
+    base = ctx.run.dir / "artifacts" / "ecommerce"
+    out = (ctx.run.dir / "artifacts" / "review").resolve()
+    policies = {
+        "ppo": base / "train" / "policy.pt",
+        "discrete_cql": base / "offline" / "learners" / "discrete_cql",
+    }
+    found = {name: path for name, path in policies.items() if path.exists()}
+    if not (base / "logs").is_dir() or not found:
+        ctx.console.print(
+            "no trained policies from the ecommerce sections: nothing to queue", highlight=False
+        )
+        return {"skipped": "run the ecommerce sections first", "pending": 0}
+    out.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{out / 'review.db'}"
+    service = ReviewService(ReviewStore(url))
+    admin_role, admin_pw = DEMO_REVIEW_USERS["admin"]
+    admin = service.add_user(None, "admin", admin_pw, admin_role)  # type: ignore[arg-type]
+    reviewer_role, reviewer_pw = DEMO_REVIEW_USERS["reviewer"]
+    proposer = service.add_user(admin, "reviewer", reviewer_pw, reviewer_role)  # type: ignore[arg-type]
+    market = MarketGateway.from_logs(out / "market", base / "logs")
+    simulator = base / "simulator" if (base / "simulator").is_dir() else None
+    queued: dict[str, list[int]] = {}
+    for name, path in found.items():
+        queued[name] = propose(
+            service,
+            proposer,
+            path,
+            base / "logs",
+            simulator_dir=simulator,
+            n=DEMO_REVIEW_SUGGESTIONS,
+            market_dir=out / "market",
+        )
+    views = service.list(admin)
+    pending = service.pending_count(admin)
+    table = Table(title=f"review queue: {pending} pending (market day {market.day()})", title_justify="left")
+    for column in ("id", "policy", "campaign", "risk", "confidence", "predicted profit"):
+        table.add_column(column, justify="right" if column in ("id", "confidence") else "left")
+    for v in views:
+        a, profit = v.action, v.evidence.get("predicted", {}).get("profit")
+        table.add_row(
+            str(v.id),
+            str(v.evidence.get("policy")),
+            f"{a['discount']:.0%} off {a['category']}, {a['push_hour']}:00, {a['segment']}, {a['budget']:g}",
+            v.risk,
+            f"{v.confidence:.2f}",
+            "-"
+            if profit is None
+            else f"{profit['estimate']:.1f} [{profit['low']:.1f}, {profit['high']:.1f}]",
+        )
+    ctx.console.print(table)
+    risks = {r: sum(v.risk == r for v in views) for r in ("low", "medium", "high")}
+    serve = f"TRANSFERLAB_PASSWORD={admin_pw} transferlab review serve --db {url}"
+    worker = f"TRANSFERLAB_PASSWORD={admin_pw} transferlab review worker --once --db {url} --user admin"
+    ctx.console.print(
+        f"accounts: admin / {admin_pw} (admin), reviewer / {reviewer_pw} (reviewer, proposed these)\n"
+        f"open the review app on them:\n  {serve}\n"
+        f"then execute what you approved:\n  {worker}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    ctx.run.logger.log(
+        0, {"demo/review/pending": float(pending)} | {f"demo/review/{r}": float(n) for r, n in risks.items()}
+    )
+    return {
+        "db": url,
+        "market": str(out / "market"),
+        "market_day": market.day(),
+        "pending": pending,
+        "queued": queued,
+        "risk": risks,
+        "users": {name: role for name, (role, _) in DEMO_REVIEW_USERS.items()},
+        "serve": serve,
+    }
+
+
 SECTIONS: list[DemoSection] = [
     DemoSection("coding: seed tasks in the sandbox", coding_seed_tasks),
     DemoSection("coding: scripted agents in CodeRepair-v0", coding_agents),
@@ -472,6 +564,7 @@ SECTIONS: list[DemoSection] = [
         "ecommerce: logs, a simulator learned from them, a policy trained in it", ecommerce_simulator
     ),
     DemoSection("ecommerce: offline RL from the logs, judged by OPE and in the world", ecommerce_offline),
+    DemoSection("review: suggestions from the trained policies, queued for people", ecommerce_review),
 ]
 
 
