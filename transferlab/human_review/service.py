@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import CursorResult
@@ -107,17 +107,7 @@ State = Literal[
     "failed",
     "feedback_received",
 ]
-STATES: tuple[str, ...] = (
-    "pending",
-    "approved",
-    "modified",
-    "rejected",
-    "expired",
-    "executing",
-    "executed",
-    "failed",
-    "feedback_received",
-)
+STATES: tuple[str, ...] = get_args(State)
 
 #: The state machine: every allowed transition, and nothing else. ``approved|modified -> failed``
 #: happens when the decider no longer holds a role allowed to approve the risk at execution time.
