@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select
 
 from transferlab.human_review.auth import Role, role_allows
-from transferlab.human_review.service import AuditRow, ReviewService, SuggestionView, User
+from transferlab.human_review.service import STATES, AuditRow, ReviewService, SuggestionView, User
 from transferlab.human_review.store import UserRow
 from transferlab.simulator.market import PROMO_CATEGORIES, TARGETS
 
@@ -44,6 +44,7 @@ __all__ = [
     "can_decide",
     "current_user",
     "evidence_rows",
+    "executed_line",
     "executed_rows",
     "ope_summary",
     "pages_for",
@@ -53,6 +54,7 @@ __all__ = [
     "results_rows",
     "results_summary",
     "safe_cell",
+    "state_counts",
 ]
 
 #: The choice meaning "no filter" in the queue's select boxes.
@@ -267,6 +269,25 @@ def executed_rows(views: Sequence[SuggestionView]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def executed_line(row: Mapping[str, Any]) -> str:
+    """A readable line for an :func:`executed_rows` row: ``#3 executed: campaign 7 launched on day 2``."""
+    launch = (
+        f"campaign {row['campaign']} launched on day {row['launched on day']}"
+        if row["campaign"] is not None
+        else "not launched"
+    )
+    tail = row["outcome"] or row["note"]
+    return f"#{row['id']} {row['state']}: {launch}" + (f"; {tail}" if tail else "")
+
+
+def state_counts(views: Iterable[SuggestionView]) -> dict[str, int]:
+    """How many suggestions are in each state (states with none left out), in :data:`STATES` order."""
+    found: dict[str, int] = {}
+    for v in views:
+        found[v.state] = found.get(v.state, 0) + 1
+    return {state: found[state] for state in STATES if state in found}
 
 
 def results_rows(views: Iterable[SuggestionView]) -> list[dict[str, Any]]:

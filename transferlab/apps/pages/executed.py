@@ -13,5 +13,11 @@ items = sorted(
 if not items:
     st.info("Nothing executed yet: approved suggestions run when the worker picks them up.")
     st.stop()
-st.dataframe(views.executed_rows(items), hide_index=True, use_container_width=True)
+for column, (state, count) in zip(st.columns(4), views.state_counts(items).items(), strict=False):
+    column.metric(state, count)
+rows = views.executed_rows(items)
+st.dataframe(rows, hide_index=True, use_container_width=True)
+st.subheader("Latest")
+for row in rows[::-1][:10]:
+    st.text(views.executed_line(row))
 st.caption("Outcomes come back 7-30 market days after launch, recorded by the worker as feedback.")

@@ -89,30 +89,31 @@ with details:
     st.text(f"submitted by {v.submitted_by}; expires {v.expires_at:%Y-%m-%d %H:%M} UTC")
     if v.decided_by:
         st.text(f"decided by {v.decided_by}" + (f": {v.reason}" if v.reason else ""))
-    st.subheader("Action")
-    st.code(json.dumps(v.action, indent=2), language="json")
+    left, right = st.columns(2)
+    left.subheader("Action")
+    left.code(json.dumps(v.action, indent=2), language="json")
     if v.original_action is not None:
-        st.caption("Modified: the proposer's action → the one to execute")
-        st.table(pd.DataFrame(views.action_diff(v.original_action, v.action)).astype(str))
-    st.subheader("Reasoning")
-    st.text(v.reasoning)
-    st.subheader("Evidence")
+        left.caption("Modified: the proposer's action → the one to execute")
+        left.table(pd.DataFrame(views.action_diff(v.original_action, v.action)).astype(str))
+    left.subheader("Reasoning")
+    left.text(v.reasoning)
+    right.subheader("Evidence")
     rows = views.evidence_rows(v.evidence)
     if rows:
         frame = pd.DataFrame(rows)
-        base = alt.Chart(frame).encode(x=alt.X("metric:N", title=None))
+        base = alt.Chart(frame).encode(x=alt.X("metric:N", title=None, axis=alt.Axis(labelAngle=0)))
         bars = base.mark_bar().encode(y=alt.Y("estimate:Q", title="predicted"))
-        whiskers = base.mark_errorbar(ticks=True).encode(y="low:Q", y2="high:Q")
-        st.altair_chart(bars + whiskers, use_container_width=True)
+        whiskers = base.mark_errorbar(ticks=True).encode(y=alt.Y("low:Q", title="predicted"), y2="high:Q")
+        right.altair_chart((bars + whiskers).properties(height=260), use_container_width=True)
     else:
-        st.caption("No predicted outcomes.")
+        right.caption("No predicted outcomes.")
     ope = views.ope_summary(v.evidence)
     if ope is not None:
-        st.metric(f"OPE estimate ({ope['estimator']})", f"{ope['estimate']:.3g}")
-        st.text(f"interval [{ope['low']:.3g}, {ope['high']:.3g}], effective sample size {ope['ess']}")
+        right.metric(f"OPE estimate ({ope['estimator']})", f"{ope['estimate']:.3g}")
+        right.text(f"interval [{ope['low']:.3g}, {ope['high']:.3g}], effective sample size {ope['ess']}")
         if ope["covered"]:
-            st.success("OPE coverage: trusted (enough support in the logs)")
+            right.success("OPE coverage: trusted (enough support in the logs)")
         else:
-            st.warning("OPE coverage: NOT trusted (too little support in the logs)")
+            right.warning("OPE coverage: NOT trusted (too little support in the logs)")
     if v.evidence.get("policy") or v.evidence.get("run_dir"):
-        st.text(f"policy {v.evidence.get('policy')}, run {v.evidence.get('run_dir')}")
+        right.text(f"policy {v.evidence.get('policy')}, run {v.evidence.get('run_dir')}")
