@@ -183,6 +183,20 @@ def test_viewer_cannot_submit(review: Review) -> None:
     assert result.exit_code == 3 and "reviewer" in _one_error_line(result)
 
 
+def test_rate_stores_expert_ratings_as_rewards(review: Review) -> None:
+    from transferlab.human_review.feedback import ratings_as_rewards
+    from transferlab.human_review.service import ReviewService
+    from transferlab.human_review.store import ReviewStore
+
+    first = review("rate", "report-7", "8", "--comment", "names the stock-out", user="bob")
+    assert first.exit_code == 0, first.output
+    assert first.stdout.strip().isdigit()
+    out_of_range = review("rate", "report-7", "11", user="bob")
+    assert out_of_range.exit_code != 0 and "10" in _one_error_line(out_of_range)
+    svc = ReviewService(ReviewStore(review.url))
+    assert ratings_as_rewards(svc, svc.authenticate("ada", "pw-ada")) == [("report-7", 0.8)]
+
+
 def test_propose_command_queues_ppo_suggestions(review: Review, logs_dir: Path) -> None:
     from transferlab.simulator.market import CATALOG
     from transferlab.simulator.train import CampaignPolicy

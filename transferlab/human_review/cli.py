@@ -7,6 +7,7 @@ Commands::
     transferlab review list [--json] [--state S] [--risk R] [--sort risk|expiry|created]
     transferlab review decide ID approve|reject|modify [--reason TEXT] [--action FILE.json]
     transferlab review show ID [--json]                              # state, executions, audit trail
+    transferlab review rate SUBJECT SCORE [--comment TEXT]           # an expert's 0-10 rating of a report
     transferlab review worker [--once] [--market DIR] [--lease-seconds S]
     transferlab review propose --policy PATH --logs LOGS_DIR [--simulator SIM_DIR] [--n N] [--market DIR]
     transferlab review market init --dir DIR --logs LOGS_DIR
@@ -289,6 +290,25 @@ def show_command(
     for row in audit:
         why = f" ({row.reason})" if row.reason else ""
         print(f"  {row.at.isoformat()}  {row.actor}: {row.from_state or '-'} -> {row.to_state}{why}")
+
+
+@app.command("rate")
+def rate_command(
+    subject: Annotated[str, typer.Argument(help="What is rated, e.g. an analysis report's id or path.")],
+    score: Annotated[float, typer.Argument(help="The expert's rating, 0 (useless) to 10 (perfect).")],
+    comment: Annotated[str, typer.Option("--comment", help="Why this score.")] = "",
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Rate an assistant's analysis report 0-10 (seed 000's stage 1 reward); prints the rating's id.
+
+    Ratings are kept as rewards (score / 10) for the ops tool environment.
+    """
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        rating_id = service.rate(actor, subject, score, comment)
+    print(rating_id)
 
 
 # -------------------------------------------------------------------------------------------- worker
