@@ -18,6 +18,7 @@ from transferlab.simulator.world_config import WorldConfig
 
 WORLD_ENV_ID = "transferlab/CampaignWorld-v0"
 SIM_ENV_ID = "transferlab/Campaign-v0"
+OPS_ENV_ID = "transferlab/OpsAnalysis-v0"
 
 
 def make_world_env(
@@ -48,5 +49,7 @@ if WORLD_ENV_ID not in registry:
     register(id=WORLD_ENV_ID, entry_point="transferlab.simulator.envs:make_world_env")
 if SIM_ENV_ID not in registry:
     register(id=SIM_ENV_ID, entry_point="transferlab.simulator.envs:make_sim_env")
+if OPS_ENV_ID not in registry:
+    register(id=OPS_ENV_ID, entry_point="transferlab.simulator.ops.env:OpsAnalysisEnv")
 
-__all__ = ["SIM_ENV_ID", "WORLD_ENV_ID", "make_sim_env", "make_world_env"]
+__all__ = ["OPS_ENV_ID", "SIM_ENV_ID", "WORLD_ENV_ID", "make_sim_env", "make_world_env"]

@@ -1,0 +1,142 @@
+"""OpsAnalysis-v0: the Gymnasium contract, determinism, rewards by hand, scripted agents."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import transferlab.simulator.envs  # noqa: F401  (registers the ids)
+from transferlab.simulator.ops.env import (
+    ExpertAgent,
+    NaiveAgent,
+    OpsAnalysisEnv,
+    RandomAgent,
+    call,
+    run_episode,
+)
+from transferlab.simulator.ops.platform import parse_fields
+from transferlab.simulator.ops.scenarios import FAMILIES, scenario, task_seeds
+
+HELD_OUT = task_seeds("held_out", 2 * len(FAMILIES))  # two tasks of every family
+
+
+def test_check_env_on_the_registered_id() -> None:
+    env = gym.make("transferlab/OpsAnalysis-v0", n_tasks=2)
+    check_env(env.unwrapped, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert "Find why sales of" in obs and info["split"] == "train"
+
+
+def test_same_seed_same_observations() -> None:
+    runs = []
+    for _ in range(2):
+        env = OpsAnalysisEnv(n_tasks=3)
+        runs.append(run_episode(env, ExpertAgent(), seed=7))
+    assert runs[0]["observations"] == runs[1]["observations"]
+    assert runs[0]["rewards"] == runs[1]["rewards"]
+
+
+def test_expert_scores_high_and_naive_low_on_held_out_tasks_of_every_family() -> None:
+    env = OpsAnalysisEnv(n_tasks=2)
+    seen = set()
+    for seed in HELD_OUT:
+        task_id = f"ops-{seed:04d}"
+        expert = run_episode(env, ExpertAgent(), options={"task_id": task_id})
+        seen.add(env.task.family)
+        assert env.task.split == "held_out"
+        assert expert["info"]["report_score"] >= 8.0, expert["actions"][-1]
+        naive = run_episode(env, NaiveAgent(), options={"task_id": task_id})
+        assert naive["info"]["report_score"] < 3.0
+        assert naive["info"]["components"]["report_without_query"] == -2.0
+    assert seen == set(FAMILIES)
+
+
+def test_held_out_split_option_draws_held_out_tasks() -> None:
+    env = OpsAnalysisEnv(n_tasks=2)
+    _, info = env.reset(seed=3, options={"split": "held_out"})
+    assert info["split"] == "held_out"
+    with pytest.raises(ValueError, match="split"):
+        env.reset(options={"split": "test"})
+
+
+def _short_trajectory(mode: str) -> list[tuple[float, dict[str, float], bool]]:
+    env = OpsAnalysisEnv(n_tasks=2, reward_mode=mode)
+    env.reset(options={"task_id": "ops-0001"})  # competitor_price_cut
+    cat = env.task.category
+    agent = ExpertAgent()
+    agent.reset(cat)
+    actions = [
+        call("query_sales_data", category=cat, time="近30天"),
+        call("query_sales_data", category=cat, time="近30天"),  # redundant
+        "{not json",  # tool error
+        call("competitor_analysis", category=cat),
+    ]
+    out = []
+    for action in actions:
+        obs, reward, terminated, _, info = env.step(action)
+        agent.fields.update(parse_fields(obs))
+        out.append((reward, info["components"], terminated))
+    _, reward, terminated, _, info = env.step(call("generate_report", text=agent.report()))
+    out.append((reward, info["components"], terminated))
+    return out
+
+
+def test_dense_and_sparse_components_by_hand() -> None:
+    dense = _short_trajectory("dense")
+    assert [c for _, c, _ in dense[:4]] == [
+        {"query_success": 0.5},
+        {"redundant_query": -0.5},
+        {"tool_error": -1.0},
+        {"query_success": 0.5},
+    ]
+    last_reward, last, terminated = dense[4]
+    assert terminated and last == {"check_before_report": 1.0, "report_score": 20.0}
+    assert last_reward == 21.0
+    sparse = _short_trajectory("sparse")
+    assert [c for _, c, _ in sparse[:4]] == [{}, {}, {}, {}]
+    assert sparse[4][1] == {"report_score": 20.0} and sparse[4][0] == 20.0
+
+
+def test_tool_errors_are_observations_and_counted() -> None:
+    env = OpsAnalysisEnv(n_tasks=2, max_steps=4)
+    env.reset(options={"task_id": "ops-0003"})
+    bad = [
+        json.dumps({"action": "query_sales_data"}),  # missing category
+        json.dumps({"action": "check_inventory", "category": "toys"}),  # unknown category
+        json.dumps({"action": "query_sales_data", "category": "shoes", "window": "last 400 days"}),
+        json.dumps({"action": "drop_table"}),
+    ]
+    for i, action in enumerate(bad, 1):
+        obs, _, terminated, truncated, info = env.step(action)
+        assert obs.startswith("tool error:") and info["tool_errors"] == i and not info["tool_ok"]
+    assert truncated and not terminated and info["components"]["tool_error"] == -1.0
+
+
+def test_random_agent_runs_and_scores_low() -> None:
+    env = OpsAnalysisEnv(n_tasks=2)
+    scores = [
+        run_episode(env, RandomAgent(s), options={"task_id": f"ops-{seed:04d}"})["info"].get(
+            "report_score", 0.0
+        )
+        for s, seed in enumerate(HELD_OUT)
+    ]
+    assert max(scores) <= 6.0
+
+
+def test_scenarios_are_deterministic_given_the_seed() -> None:
+    from transferlab.simulator.ops import scenarios
+
+    first = scenario(1)
+    scenarios._cached.cache_clear()
+    again = scenario(1)
+    assert first.task == again.task
+    assert first.events.equals(again.events) and first.market.equals(again.market)
+
+
+def test_train_and_held_out_are_disjoint() -> None:
+    train, held = set(task_seeds("train", 60)), set(task_seeds("held_out", 15))
+    assert not train & held
+    assert {scenario(s).task.split for s in sorted(held)[:3]} == {"held_out"}

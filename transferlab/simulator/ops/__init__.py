@@ -1,0 +1,26 @@
+"""The ops analysis tool environment (seed 000's stage 1): why did a category's sales fall?
+
+* :mod:`.scenarios`: worlds with a known cause (stock-out, competitor price cut, failed campaign);
+* :mod:`.platform`: the data platform's tools over a scenario's logs;
+* :mod:`.grader`: the report rubric, the dense/sparse step tables, human ratings as rewards;
+* :mod:`.env`: ``transferlab/OpsAnalysis-v0`` and scripted agents (expert, naive, random).
+"""
+
+from transferlab.simulator.ops.env import ExpertAgent, NaiveAgent, OpsAnalysisEnv, RandomAgent, run_episode
+from transferlab.simulator.ops.grader import rubric_human_agreement, rubric_score
+from transferlab.simulator.ops.scenarios import FAMILIES, OpsTask, ScenarioConfig, scenario, task_seeds
+
+__all__ = [
+    "FAMILIES",
+    "ExpertAgent",
+    "NaiveAgent",
+    "OpsAnalysisEnv",
+    "OpsTask",
+    "RandomAgent",
+    "ScenarioConfig",
+    "rubric_human_agreement",
+    "rubric_score",
+    "run_episode",
+    "scenario",
+    "task_seeds",
+]

@@ -1,0 +1,342 @@
+"""`transferlab/OpsAnalysis-v0`: find why a category's sales fell, with data-platform tools."""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from transferlab.simulator.ops.grader import (
+    OpsRewardTable,
+    checked_before_report,
+    named_causes,
+    ops_reward_table,
+    rubric_score,
+)
+from transferlab.simulator.ops.platform import EVIDENCE_SOURCE, TOOLS, DataPlatform, ToolError, parse_action
+from transferlab.simulator.ops.scenarios import OpsTask, Scenario, ScenarioConfig, scenario, task_seeds
+
+CHARSET = frozenset(string.printable)
+MAX_TEXT = 32_768
+ReportScorer = Callable[[OpsTask, str], float]
+
+
+def to_charset(text: str, limit: int = MAX_TEXT) -> str:
+    """Observation text within the declared space: printable ASCII, truncated with a marker."""
+    clean = "".join(ch if ch in CHARSET else "?" for ch in text)
+    if len(clean) > limit:
+        marker = "\n...[truncated]"
+        clean = clean[: limit - len(marker)] + marker
+    return clean
+
+
+def rubric_scorer(task: OpsTask, report: str) -> float:
+    """The default report scorer: the rubric's 0-10 total."""
+    return rubric_score(task, report).total
+
+
+class OpsAnalysisEnv(gym.Env[str, str]):
+    """Find why sales of a category fell, with the tools of a deterministic data platform.
+
+    ## Description
+    Each task comes from a world scenario whose cause is known (stock-out, competitor price cut,
+    failed campaign; :mod:`transferlab.simulator.ops.scenarios`). The agent queries the platform
+    (:mod:`transferlab.simulator.ops.platform`) and ends with ``generate_report``, graded by the rubric
+    (:func:`~transferlab.simulator.ops.grader.rubric_score`) or by a given ``report_scorer`` (e.g.
+    human expert ratings).
+
+    ## Action Space
+    ``Text(max_length=32768)``: one JSON tool call in the coding environment's form, e.g.
+    ``{"action": "query_sales_data", "category": "shoes", "time": "last 30 days"}``. Anything else is a
+    tool error, not a crash.
+
+    ## Observation Space
+    ``Text(max_length=32768)`` over printable ASCII: the question and the tool list after reset; the
+    tool's result (``key: value`` lines) after a step.
+
+    ## Rewards
+    Named components per step from an :class:`~transferlab.simulator.ops.grader.OpsRewardTable`: dense
+    (query +0.5, check before report +1, redundant -0.5, tool error -1, report without query -2,
+    2 x report score) or sparse (2 x report score at the end, -5 without a report).
+    ``info["components"]`` (also ``info["reward_components"]``) holds every component of the step.
+
+    ## Starting State
+    A task drawn with ``self.np_random`` from the split's tasks (``options={"split": "held_out"}`` for
+    the held-out ones), or ``options={"task_id": "ops-0007"}``.
+
+    ## Episode End
+    ``terminated`` on ``generate_report``; ``truncated`` after ``max_steps`` steps without one.
+
+    ## Arguments
+    ``n_tasks`` per split (default 30), ``reward_mode`` ("dense", "sparse" or a table), ``max_steps``
+    (10), ``report_scorer`` (default: the rubric), ``scenario_config``.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (Gymnasium declares it an instance attribute)
+
+    def __init__(
+        self,
+        n_tasks: int = 30,
+        reward_mode: str | OpsRewardTable = "dense",
+        max_steps: int = 10,
+        report_scorer: ReportScorer | None = None,
+        scenario_config: ScenarioConfig | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if n_tasks < 1:
+            raise ValueError(f"n_tasks must be >= 1, got {n_tasks}")
+        self.seeds = {split: task_seeds(split, n_tasks) for split in ("train", "held_out")}
+        self.rewards = ops_reward_table(reward_mode) if isinstance(reward_mode, str) else reward_mode
+        self.max_steps = max_steps
+        self.report_scorer = report_scorer or rubric_scorer
+        self.scenario_config = scenario_config or ScenarioConfig()
+        self.render_mode = render_mode
+        self.observation_space = spaces.Text(max_length=MAX_TEXT, charset=CHARSET)
+        self.action_space = spaces.Text(max_length=MAX_TEXT, charset=CHARSET)
+        self.platform: DataPlatform | None = None
+        self.done = True
+        self._last_obs = ""
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.scenario = self._pick(options or {})
+        self.task = self.scenario.task
+        self.platform = DataPlatform(self.scenario)
+        self.steps, self.queries, self.tool_errors = 0, 0, 0
+        self.seen: set[str] = set()
+        self.queried: set[str] = set()
+        self.done = False
+        obs = to_charset(self._intro())
+        self._last_obs = obs
+        return obs, {"task_id": self.task.task_id, "split": self.task.split, "max_steps": self.max_steps}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.platform is None or self.done:
+            raise RuntimeError("call reset() before step(), and again after an episode ends")
+        self.steps += 1
+        events: dict[str, float] = {}
+        info: dict[str, Any] = {"step": self.steps, "tool": None, "tool_ok": False, "success": None}
+        terminated = False
+        try:
+            call = parse_action(action)
+            info["tool"] = call.action
+            if call.action == "generate_report":
+                text, terminated = self._report(call.args["text"], events, info), True
+            else:
+                text = self.platform.call(call)
+                if call.key() in self.seen:
+                    events["redundant_query"] = 1
+                else:
+                    events["query_success"] = 1
+                self.seen.add(call.key())
+                self.queried.add(call.action)
+                self.queries += 1
+            info["tool_ok"] = True
+        except ToolError as err:
+            self.tool_errors += 1
+            events["tool_error"] = 1
+            text = f"tool error: {err}"
+        truncated = not terminated and self.steps >= self.max_steps
+        if truncated:
+            events["task_failed"] = 1
+            info["success"] = False
+            text += f"\n(step limit of {self.max_steps} reached without a report)"
+        components = self.rewards.weigh(events)
+        info.update(
+            components=components, reward_components=components, events=events, tool_errors=self.tool_errors
+        )
+        self.done = terminated or truncated
+        obs = to_charset(text)
+        self._last_obs = obs
+        return obs, float(sum(components.values())), terminated, truncated, info
+
+    def render(self) -> str | None:  # type: ignore[override]
+        return self._last_obs if self.render_mode == "ansi" else None
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _pick(self, options: dict[str, Any]) -> Scenario:
+        if "task_id" in options:
+            tid = str(options["task_id"])
+            if not tid.startswith("ops-") or not tid[4:].isdigit():
+                raise ValueError(f"unknown task id {tid!r}; ids look like 'ops-0007'")
+            return scenario(int(tid[4:]), self.scenario_config)
+        split = options.get("split", "train")
+        if split not in self.seeds:
+            raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
+        seeds = self.seeds[split]
+        return scenario(seeds[int(self.np_random.integers(len(seeds)))], self.scenario_config)
+
+    def _report(self, text: str, events: dict[str, float], info: dict[str, Any]) -> str:
+        if self.queries == 0:
+            events["report_without_query"] = 1
+        if checked_before_report(named_causes(text), self.queried, EVIDENCE_SOURCE):
+            events["check_before_report"] = 1
+        score = float(self.report_scorer(self.task, text))
+        events["report_score"] = score
+        info["report_score"] = score
+        info["success"] = score >= 8.0
+        return f"report received; score {score:.1f}/10"
+
+    def _intro(self) -> str:
+        tools = "; ".join(
+            f"{n}({', '.join([*req, *(o + '?' for o in opt)])})" for n, (req, opt) in TOOLS.items()
+        )
+        return "\n".join(
+            [
+                f"Task: {self.task.question}",
+                "",
+                f'Tools, one JSON object per turn with an "action" key: {tools}.',
+                'Example: {"action": "query_sales_data", "category": "'
+                + self.task.category
+                + '", "time": "last 30 days"}',
+                f"Step budget: {self.max_steps}.",
+            ]
+        )
+
+
+# -- scripted agents (tests, SFT data) -----------------------------------------------------------------
+
+
+def call(action: str, **args: str) -> str:
+    """A JSON tool call."""
+    import json
+
+    return json.dumps({"action": action, **args}, ensure_ascii=False)
+
+
+class ExpertAgent:
+    """Queries sales, then every evidence source, then reports the cause it finds with its numbers."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, str] = {}
+        self.step = 0
+
+    def reset(self, category: str) -> None:
+        self.category, self.fields, self.step = category, {}, 0
+
+    def act(self, last_observation: str) -> str:
+        from transferlab.simulator.ops.platform import parse_fields
+
+        self.fields.update(parse_fields(last_observation))
+        cat, self.step = self.category, self.step + 1
+        plan = [
+            call("query_sales_data", category=cat, time="last 30 days"),
+            call("analyze_user_feedback", filter="negative", category=cat),
+            call("check_inventory", category=cat),
+            call("competitor_analysis", category=cat),
+            call("campaign_analysis", category=cat),
+        ]
+        if self.step <= len(plan):
+            return plan[self.step - 1]
+        return call("generate_report", text=self.report())
+
+    def report(self) -> str:
+        f = self.fields
+
+        def num(key: str, default: float = 0.0) -> float:
+            return float(f.get(key, default))
+
+        lines = [
+            f"Sales of {self.category} fell: orders changed {num('orders_change_pct')}% "
+            f"(GMV {num('gmv_change_pct')}%) in the last 30 days vs the 30 before."
+        ]
+        found = False
+        if num("stock_out_days") >= 5:
+            found = True
+            lines.append(
+                f"Cause: a stock-out. The category was out of stock on {int(num('stock_out_days'))} of the "
+                f"last 30 days; backorders shipped late ({int(num('late_deliveries'))} late deliveries, "
+                f"{int(num('complaints'))} complaints)."
+            )
+        else:
+            lines.append(f"No stock-out: {int(num('stock_out_days'))} stock-out days.")
+        if num("competitor_change_pct") <= -15:
+            found = True
+            lines.append(
+                "Cause: a competitor price cut. The competitor price index fell to "
+                f"{num('competitor_index')} ({num('competitor_change_pct')}% vs the window before)."
+            )
+        else:
+            lines.append(f"Competitor prices stayed stable (index {num('competitor_index', 1.0)}).")
+        if "campaign_margin" in f and num("campaign_margin") < 0 and num("campaign_discount_pct") >= 30:
+            found = True
+            lines.append(
+                f"Cause: a failed campaign. A {num('campaign_discount_pct')}% discount campaign pulled "
+                "demand forward into the previous window and lost money (margin {num('campaign_margin')})."
+            )
+        else:
+            lines.append("No campaign explains it.")
+        if not found:
+            lines.append("The cause is unclear from the data.")
+        return " ".join(lines)
+
+
+class NaiveAgent:
+    """Reports at once, without a query."""
+
+    def reset(self, category: str) -> None:
+        self.category = category
+
+    def act(self, last_observation: str) -> str:
+        return call(
+            "generate_report", text=f"Sales of {self.category} fell; customers bought less this month."
+        )
+
+
+class RandomAgent:
+    """Random tools with random (sometimes bad) arguments; reports a random cause at a random step."""
+
+    CAUSE_WORDS = (
+        "a stock-out",
+        "a competitor price cut",
+        "a failed campaign",
+        "seasonality",
+        "late deliveries",
+    )
+
+    def __init__(self, seed: int = 0) -> None:
+        import numpy as np
+
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, category: str) -> None:
+        self.category = category
+
+    def act(self, last_observation: str) -> str:
+        from transferlab.simulator.market import CATEGORIES
+
+        r = self.rng
+        if r.random() < 0.2:
+            cause = self.CAUSE_WORDS[int(r.integers(len(self.CAUSE_WORDS)))]
+            return call("generate_report", text=f"Sales of {self.category} fell because of {cause}.")
+        name = list(TOOLS)[int(r.integers(len(TOOLS) - 1))]
+        cat = [*CATEGORIES, "toys"][int(r.integers(len(CATEGORIES) + 1))]
+        return call(name, category=cat) if name != "analyze_user_feedback" else call(name, filter="negative")
+
+
+def run_episode(env: OpsAnalysisEnv, agent: Any, **reset_kwargs: Any) -> dict[str, Any]:
+    """One episode of a scripted agent: observations, actions, rewards, the final info."""
+    obs, info = env.reset(**reset_kwargs)
+    agent.reset(env.task.category)
+    out: dict[str, Any] = {"task_id": info["task_id"], "observations": [obs], "actions": [], "rewards": []}
+    done = False
+    while not done:
+        action = agent.act(obs)
+        obs, reward, terminated, truncated, info = env.step(action)
+        out["actions"].append(action)
+        out["observations"].append(obs)
+        out["rewards"].append(reward)
+        done = terminated or truncated
+    out["info"] = info
+    return out
