@@ -273,7 +273,7 @@ class ExpertAgent:
             found = True
             lines.append(
                 f"Cause: a failed campaign. A {num('campaign_discount_pct')}% discount campaign pulled "
-                "demand forward into the previous window and lost money (margin {num('campaign_margin')})."
+                f"demand forward into the previous window and lost money (margin {num('campaign_margin')})."
             )
         else:
             lines.append("No campaign explains it.")
