@@ -4,6 +4,7 @@ Commands::
 
     transferlab --version
     transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.platform.demo)
+    transferlab compare [--preset quick|full] [--out DIR] [--json]   # seed 000's table, measured
     transferlab runs list [--experiment X] [--runs-root DIR]
     transferlab runs compare RUN [RUN ...] [--metric KEY ...] [--runs-root DIR] [--plot PATH]
     transferlab sandbox grade TASK.json SOLUTION.py [--backend B] [--json] [--workers N]
@@ -119,6 +120,41 @@ def demo(
         raise typer.Exit(3) from None
     if not result.ok:
         raise typer.Exit(1)
+
+
+@app.command()
+def compare(
+    preset: Annotated[
+        str, typer.Option("--preset", help="quick (minutes, CPU), full, or test (seconds, for the tests).")
+    ] = "quick",
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Run directory for the report (default: <runs-root>/compare/<run-id>)."),
+    ] = None,
+    runs_root: RunsRootOption = Path("runs"),
+    ops_result: Annotated[
+        Path | None,
+        typer.Option(
+            "--ops-result", help="Result JSON of an RL run on OpsAnalysis-v0 ('gain', 'cpu_hours')."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print result.json instead of the tables.")] = False,
+) -> None:
+    """Seed 000's coding-vs-ecommerce table measured, with seed 004's four questions and three layers."""
+    from transferlab.platform.experiments.compare import PRESETS, run_compare, table_text
+    from transferlab.platform.runstore import new_run_id
+
+    if preset not in PRESETS:
+        typer.echo(f"error: --preset must be one of {', '.join(PRESETS)}, got {preset!r}", err=True)
+        raise typer.Exit(2)
+    config = PRESETS[preset].model_copy(update={"ops_result": str(ops_result) if ops_result else None})
+    run_dir = out or runs_root / "compare" / new_run_id()
+    result = run_compare(config, run_dir, progress=lambda msg: typer.echo(f"... {msg}", err=True))
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=1, default=str))
+        return
+    typer.echo(table_text(result))
+    typer.echo(f"\nreport: {run_dir / 'report.md'} and {run_dir / 'report.html'} ({result.wall_s:.0f} s)")
 
 
 @runs_app.command("list")
