@@ -132,7 +132,7 @@ def _record(
         episode_id=ep.episode_id,
         step=k,
         task_id=ep.task.task_id,
-        domain="coding",
+        domain=getattr(ep.env, "domain", "coding"),
         action_text=sample.text,
         action_ids=list(sample.completion_ids),
         action_logprobs=list(sample.logprobs),

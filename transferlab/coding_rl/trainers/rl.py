@@ -116,6 +116,11 @@ class RLConfig(BaseConfig):
     max_context: int = Field(default=1024, ge=16, description="Agent: context limit of an episode.")
     rewards: Literal["dense", "sparse"] = Field(default="dense", description="Agent: reward table.")
     max_steps: int = Field(default=6, ge=1, description="Agent: tool calls per episode.")
+    env_factory: str | None = Field(
+        default=None,
+        description="Agent: 'module:function' building one episode's env as f(tasks, rewards=, "
+        "max_steps=) (e.g. the OpsAnalysis-v0 adapter); None = CodeRepair-v0 on the sandbox.",
+    )
     grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
     lora: LoraOptions | None = Field(default=None, description="Train LoRA adapters instead of all weights.")
     rollout_backend: Backend = Field(
@@ -146,6 +151,7 @@ class Rollouts:
             sandbox_backend=config.sandbox_backend,
             rewards=config.rewards,
             max_steps=config.max_steps,
+            env_factory=config.env_factory,
         )
         self._inline = config.rollout_backend == "inline"
         if self._inline:

@@ -44,6 +44,9 @@ class WorkerSpec:
     rewards: str = "dense"
     max_steps: int = 10
     threads: int = 1
+    env_factory: str | None = None
+    """Agent mode: 'module:function' building one episode's env (``f(tasks, rewards=, max_steps=)``);
+    None = CodeRepair-v0 on the worker's sandbox."""
 
     def __call__(self) -> RolloutWorker:
         """Build the worker (what a pool's factory calls inside the worker process)."""
@@ -177,11 +180,18 @@ class RolloutWorker:
         from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
 
         tasks: list[RepoTask] = chunk.tasks
-        sandbox = self.verifier.backend
-        envs = [
-            CodeRepairEnv(tasks, rewards=self.spec.rewards, max_steps=self.spec.max_steps, sandbox=sandbox)
-            for _ in tasks
-        ]
+        envs: list[Any]
+        if self.spec.env_factory is not None:
+            factory = _import_factory(self.spec.env_factory)
+            envs = [factory(tasks, rewards=self.spec.rewards, max_steps=self.spec.max_steps) for _ in tasks]
+        else:
+            sandbox = self.verifier.backend
+            envs = [
+                CodeRepairEnv(
+                    tasks, rewards=self.spec.rewards, max_steps=self.spec.max_steps, sandbox=sandbox
+                )
+                for _ in tasks
+            ]
         sampling = chunk.sampling.model_copy(update={"seed": chunk.sampling.seed + chunk.first_row})
         try:
             trajs = policy_episodes(
@@ -206,6 +216,16 @@ class RolloutWorker:
             self._sandbox.close()
             self._sandbox = None
             self._verifier = None
+
+
+def _import_factory(path: str) -> Any:
+    """The callable named by ``'module:function'``."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    if not module or not name:
+        raise ValueError(f"env_factory must look like 'package.module:function', got {path!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def episode_success(traj: Trajectory) -> bool:

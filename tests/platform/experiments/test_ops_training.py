@@ -1,0 +1,124 @@
+"""OpsAnalysis-v0 trained with the coding trainer: masks, held-out evaluation, habits, end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from transferlab.coding_rl.policies.model import load_policy
+from transferlab.coding_rl.policies.tokenizer import IM_END
+from transferlab.coding_rl.trainers.demos import scripted_demonstration
+from transferlab.platform.experiments import ops_training as ot
+from transferlab.platform.metrics import read_metrics
+from transferlab.platform.trajectory import to_tensors
+from transferlab.simulator.ops.env import NaiveAgent
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tasks() -> tuple[list, list]:
+    return ot.ops_tasks(2, 2)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tasks: tuple[list, list]):
+    return ot.shared_tokenizer(tasks[0], vocab_size=400, operations=["add", "sub"])
+
+
+def _masked_ids_match_actions(trajs: list, tokenizer) -> None:
+    batch = to_tensors(trajs, pad_id=tokenizer.pad_token_id)
+    for row, traj in enumerate(trajs):
+        masked = batch["input_ids"][row][batch["loss_mask"][row].bool()].tolist()
+        assert masked == [i for s in traj.steps for i in s.action_ids]
+
+
+def test_sft_data_masks_only_the_policys_tool_calls(tasks, tokenizer) -> None:
+    demos = ot.make_ops_sft_data(tokenizer, tasks[0])
+    assert len(demos) == len(tasks[0])
+    end = tokenizer.convert_tokens_to_ids(IM_END)
+    for demo in demos:
+        assert {s.domain for s in demo.steps} == {"ecommerce"}
+        assert json.loads(demo.steps[-1].action_text)["action"] == "generate_report"
+        assert all(s.action_ids[-1] == end for s in demo.steps)
+        assert "score 10.0/10" in demo.steps[-1].observation_text
+    _masked_ids_match_actions(demos, tokenizer)
+    batch = to_tensors(demos, pad_id=tokenizer.pad_token_id)
+    # prompt and tool results are never in the loss: the masked text is exactly the tool calls
+    text = tokenizer.decode(batch["input_ids"][0][batch["loss_mask"][0].bool()].tolist())
+    assert "Task:" not in text and "orders_change_pct:" not in text
+
+
+def test_policy_rollouts_use_the_coding_schema_and_masks(tasks, tokenizer) -> None:
+    config = ot.ops_test_config()
+    model = config.policy.create(tokenizer)
+    ev = ot.evaluate_ops(model, tokenizer, tasks[1], config.rl, episodes_per_task=1)
+    assert len(ev.trajectories) == 2
+    for traj in ev.trajectories:
+        assert {s.domain for s in traj.steps} == {"ecommerce"}
+        assert all(
+            s.action_logprobs is not None and len(s.action_logprobs) == len(s.action_ids) for s in traj.steps
+        )
+    _masked_ids_match_actions(ev.trajectories, tokenizer)
+    assert ev.success == [0.0, 0.0] and set(ev.task_ids) == {t.task_id for t in tasks[1]}
+
+
+def test_habits_by_hand_expert_both_naive_neither(tasks, tokenizer) -> None:
+    expert = ot.make_ops_sft_data(tokenizer, tasks[0][:1])[0]
+    assert ot.ops_habits(expert) == {"query_before_concluding": True, "check_before_reporting": True}
+    assert ot.rubric_of(expert) == 10.0
+    task = tasks[0][0]
+    agent = NaiveAgent()
+    agent.reset(task.category)
+    naive = scripted_demonstration(ot.OpsEpisodeEnv(), task, [agent.act("")], tokenizer)  # type: ignore[arg-type]
+    assert ot.ops_habits(naive) == {"query_before_concluding": False, "check_before_reporting": False}
+    # a query, then a report blaming a cause whose evidence was never checked: queried, not checked
+    steps = ot.expert_actions(task)
+    report = json.dumps({"action": "generate_report", "text": "Cause: a competitor price cut."})
+    partial = scripted_demonstration(ot.OpsEpisodeEnv(), task, [steps[0], report], tokenizer)  # type: ignore[arg-type]
+    assert ot.ops_habits(partial) == {"query_before_concluding": True, "check_before_reporting": False}
+
+
+def test_train_ops_test_preset_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasks, tokenizer
+) -> None:
+    evaluated: list[str] = []
+    real = ot.evaluate_ops
+
+    def spy(model, tok, eval_tasks, *args, **kwargs):
+        evaluated.extend(t.split for t in eval_tasks)
+        return real(model, tok, eval_tasks, *args, **kwargs)
+
+    monkeypatch.setattr(ot, "evaluate_ops", spy)
+    config = ot.ops_test_config()
+    init = ot.fresh_policy(config, tokenizer, tmp_path / "init")
+    res = ot.train_ops(config, tmp_path / "run", init_from=init)
+    # held-out evaluation sees held-out scenarios only: before, after SFT, after each GRPO step
+    assert evaluated and set(evaluated) == {"held_out"}
+    assert [p["stage"] for p in res.curve] == ["start", "sft", "rl", "rl"]
+    assert [p["episodes"] for p in res.curve] == [0.0, 0.0, 4.0, 8.0]
+    assert len(res.train_success) == config.rl.steps
+    before, _ = load_policy(init)
+    changed = [
+        n
+        for (n, p), (_, q) in zip(res.model.named_parameters(), before.named_parameters(), strict=True)
+        if not torch.equal(p, q)
+    ]
+    assert changed
+    run = tmp_path / "run"
+    assert (run / "policy" / "config.json").exists() and (run / "config.json").exists()
+    saved = json.loads((run / "result.json").read_text())
+    assert saved["curve"][-1]["stage"] == "rl"
+    keys = set(read_metrics(run / "metrics.parquet")["key"])
+    assert {"ops/sft/loss", "ops/rollout/success_rate", "ops/heldout/success_rate"} <= keys
+    assert all(k.startswith("ops/") for k in keys)
+
+
+def test_train_ops_refuses_a_coding_env() -> None:
+    config = ot.ops_test_config()
+    bad = config.model_copy(update={"rl": config.rl.model_copy(update={"env_factory": None})})
+    with pytest.raises(ValueError, match="env_factory"):
+        ot.train_ops(bad, "unused")
