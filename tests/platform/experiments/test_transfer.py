@@ -1,0 +1,125 @@
+"""The transfer experiment: habit measures by hand, the summary's arithmetic, the test preset end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from transferlab.platform.experiments import transfer as tr
+from transferlab.platform.trajectory import StepRecord, Trajectory
+
+torch.set_num_threads(1)
+
+
+def _episode(*steps: tuple[dict, str]) -> Trajectory:
+    return Trajectory(
+        [
+            StepRecord(
+                episode_id="e",
+                step=k,
+                task_id="t",
+                domain="coding",
+                action_text=json.dumps(action),
+                action_ids=[1],
+                observation_text=obs,
+                observation_ids=[],
+                reward=0.0,
+            )
+            for k, (action, obs) in enumerate(steps)
+        ]
+    )
+
+
+READ = ({"action": "read_file", "path": "src/calc.py"}, "=== src/calc.py ===\ndef f(x): ...")
+EDIT = ({"action": "edit_file", "path": "src/calc.py", "old": "-", "new": "+"}, "wrote src/calc.py")
+TEST = ({"action": "run_tests", "target": "all"}, "3 passed")
+SUBMIT = ({"action": "submit"}, "submitted: passed")
+
+
+def test_coding_habits_by_hand() -> None:
+    assert tr.coding_habits(_episode(READ, EDIT, TEST, SUBMIT)) == {
+        "read_before_write": True,
+        "test_after_modify": True,
+    }
+    assert tr.coding_habits(_episode(EDIT, SUBMIT)) == {
+        "read_before_write": False,
+        "test_after_modify": False,
+    }
+    # tested before the last change only: not "test after modify"
+    assert tr.coding_habits(_episode(READ, EDIT, TEST, EDIT, SUBMIT))["test_after_modify"] is False
+    # no change at all: neither habit (nothing was written)
+    assert tr.coding_habits(_episode(READ, TEST, SUBMIT)) == {
+        "read_before_write": False,
+        "test_after_modify": False,
+    }
+    assert tr.habit_shares([_episode(READ, EDIT, TEST, SUBMIT), _episode(EDIT, SUBMIT)]) == {
+        "read_before_write": 0.5,
+        "test_after_modify": 0.5,
+    }
+
+
+def _point(stage: str, episodes: float, per_episode: list[float]) -> dict:
+    habits = {"query_before_concluding": per_episode, "check_before_reporting": [0.0] * len(per_episode)}
+    return {
+        "stage": stage,
+        "step": 0,
+        "episodes": episodes,
+        "success": sum(per_episode) / len(per_episode),
+        "rubric": 5.0,
+        "habits": {k: sum(v) / len(v) for k, v in habits.items()},
+        "per_episode": per_episode,
+        "habit_episodes": habits,
+    }
+
+
+def test_summary_counts_episodes_to_threshold_by_hand() -> None:
+    config = tr.TransferConfig(seeds=[0], threshold=0.5)
+    fast = [
+        _point("start", 0, [0, 0]),
+        _point("sft", 0, [0, 0]),
+        _point("rl", 8, [1, 1]),
+        _point("rl", 16, [1, 1]),
+    ]
+    slow = [
+        _point("start", 0, [0, 0]),
+        _point("sft", 0, [0, 0]),
+        _point("rl", 8, [0, 0]),
+        _point("rl", 16, [1, 0]),
+    ]
+    results = {
+        "coding-seed0": {
+            "held_out": [1.0, 0.0],
+            "habits": {"read_before_write": 1.0, "test_after_modify": 0.5},
+        },
+        "transfer-seed0": {"curve": fast},
+        "scratch-seed0": {"curve": slow},
+    }
+    summary = tr.summarise(config, results, 1.0)
+    assert summary["arms"]["transfer"]["episodes_to_threshold"] == [4.0]  # 0 at 0 episodes, 1 at 8
+    assert summary["arms"]["scratch"]["episodes_to_threshold"] == [16.0]
+    assert summary["arms"]["transfer"]["stages"]["first_rl"]["success"]["estimate"] == 1.0
+    assert summary["arms"]["scratch"]["stages"]["end"]["habits"]["query_before_concluding"]["estimate"] == 0.5
+    assert summary["transfer_minus_scratch"]["estimate"] == pytest.approx(0.5)
+    assert summary["coding"]["habits"] == {"read_before_write": 1.0, "test_after_modify": 0.5}
+
+
+def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
+    summary = tr.run_transfer(tr.transfer_test_config(), tmp_path / "runs", report_dir=tmp_path / "report")
+    run = Path(summary["run_dir"])
+    for arm in ("coding-seed0", "transfer-seed0", "scratch-seed0"):
+        assert (run / "arms" / arm / "result.json").exists()
+    # both ops arms: same architecture and tokenizer; A starts from the coding policy, B from scratch
+    a = json.loads((run / "arms" / "transfer-seed0" / "result.json").read_text())
+    b = json.loads((run / "arms" / "scratch-seed0" / "result.json").read_text())
+    assert (
+        [p["stage"] for p in a["curve"]] == [p["stage"] for p in b["curve"]] == ["start", "sft", "rl", "rl"]
+    )
+    for arm in tr.ARMS:
+        assert set(summary["arms"][arm]["stages"]) == set(tr.STAGES)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "query_before_concluding" in md and "episodes to reach" in md
+    assert (tmp_path / "report" / "report.html").exists()
+    assert (tmp_path / "report" / "figures" / "success_curves.png").exists()

@@ -1,0 +1,468 @@
+"""The transfer experiment: does a tool-use policy trained on coding learn ops analysis faster?
+
+Per seed, two arms with the same architecture, tokenizer and ops budget (the same
+:class:`~transferlab.platform.experiments.ops_training.OpsTrainingConfig`: SFT examples and steps,
+GRPO steps x tasks x group size):
+
+* **transfer (A)**: a policy trained on `transferlab/CodeRepair-v0` toy repositories (SFT on the
+  coding expert's read / edit / test / submit episodes, then multi-turn GRPO: the coding experiments'
+  pieces), then fine-tuned on `transferlab/OpsAnalysis-v0` with :func:`train_ops`;
+* **scratch (B)**: a freshly initialised policy trained on OpsAnalysis-v0 with :func:`train_ops`.
+
+Measured: held-out success curves (rubric >= 8) against ops GRPO episodes with 95% bootstrap
+intervals over seeds x episodes (:mod:`transferlab.platform.stats`); GRPO episodes each seed needs to
+reach ``threshold`` held-out success (:func:`~transferlab.platform.stats.first_crossing`; 0 when the
+SFT policy is already there); and the workflow habits, from the trajectories:
+
+=======================  ==========================  ===========================================
+coding habit             ops habit                   ops measure (:func:`ops_habits`)
+=======================  ==========================  ===========================================
+read before write        query before concluding     a successful query precedes the report
+test after modify        check before reporting      every cause named was checked first
+=======================  ==========================  ===========================================
+
+shown as the share of held-out episodes with each habit before ops training, after ops SFT (early in
+ops fine-tuning), after the first GRPO evaluation and at the end, for A vs B; the coding policy's own
+habits (:func:`coding_habits`) are reported too. The report (Markdown + HTML, with plots) is written
+to the run directory and optionally copied to ``--report-dir``.
+
+    python -m transferlab.platform.experiments.transfer --preset cpu --report-dir docs/results/transfer
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import Field
+from rich.console import Console
+
+from transferlab.coding_rl.policies.model import save_policy
+from transferlab.coding_rl.tasks.toy import OPERATIONS
+from transferlab.coding_rl.trainers.demos import SFTConfig
+from transferlab.coding_rl.trainers.rl import RLConfig
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.experiments.ops_training import (
+    OpsTrainingConfig,
+    PrefixLogger,
+    fresh_policy,
+    ops_tasks,
+    ops_test_config,
+    shared_tokenizer,
+    train_ops,
+)
+from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
+from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci, first_crossing
+from transferlab.platform.trajectory import Trajectory
+
+ARMS = ("transfer", "scratch")
+HABIT_PAIRS = (
+    ("read_before_write", "query_before_concluding"),
+    ("test_after_modify", "check_before_reporting"),
+)
+STAGES = ("start", "sft", "first_rl", "end")
+
+
+def _coding_rl() -> RLConfig:
+    return RLConfig(
+        mode="agent",
+        steps=30,
+        tasks_per_step=8,
+        group_size=4,
+        lr=5e-4,
+        max_new_tokens=48,
+        max_context=512,
+        max_steps=6,
+        checkpoint_every=0,
+        rollout_backend="inline",
+        rollout_workers=1,
+    )
+
+
+class CodingPretrainConfig(BaseConfig):
+    """Arm A's coding stage: the dense-vs-sparse experiment's SFT + GRPO on CodeRepair-v0 toy repos."""
+
+    operations: list[str] = Field(default=sorted(OPERATIONS), min_length=1, description="Toy operations.")
+    held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of coding tasks held out.")
+    demo_tasks: int = Field(default=20, ge=1, description="Coding training tasks with an expert demo.")
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(steps=150, batch_size=8, lr=3e-3), description="Coding SFT."
+    )
+    rl: RLConfig = Field(default_factory=_coding_rl, description="Coding GRPO (dense rewards).")
+    eval_episodes: int = Field(default=2, ge=1, description="Held-out coding episodes per task.")
+    backend: str = Field(default="forkserver", description="Sandbox backend.")
+
+
+class TransferConfig(BaseConfig):
+    """The transfer experiment (the CPU preset is the default)."""
+
+    seeds: list[int] = Field(default=[0, 1, 2], min_length=1, description="One A/B pair per seed.")
+    ops: OpsTrainingConfig = Field(
+        default_factory=OpsTrainingConfig, description="The ops budget, identical for both arms."
+    )
+    coding: CodingPretrainConfig = Field(
+        default_factory=CodingPretrainConfig, description="Arm A's coding stage."
+    )
+    threshold: float = Field(
+        default=0.3, gt=0, le=1, description="Held-out success rate whose first crossing is compared."
+    )
+
+
+def transfer_test_config() -> TransferConfig:
+    """The test preset: one seed, every stage for a step or two (its numbers mean nothing)."""
+    return TransferConfig(
+        seeds=[0],
+        ops=ops_test_config(),
+        coding=CodingPretrainConfig(
+            operations=["add", "sub"],
+            demo_tasks=2,
+            sft=SFTConfig(steps=3, batch_size=2),
+            rl=_coding_rl().model_copy(
+                update={
+                    "steps": 1,
+                    "tasks_per_step": 2,
+                    "group_size": 2,
+                    "max_new_tokens": 16,
+                    "max_steps": 3,
+                }
+            ),
+            eval_episodes=1,
+        ),
+    )
+
+
+PRESETS: dict[str, Any] = {"cpu": TransferConfig, "test": transfer_test_config}
+
+
+# ------------------------------------------------------------------------------------------ habits
+
+
+def coding_habits(traj: Trajectory) -> dict[str, bool]:
+    """The coding workflow habits of one CodeRepair-v0 episode, from its actions and observations.
+
+    * ``read_before_write``: the episode changed a file, and read that file before its first change;
+    * ``test_after_modify``: the episode changed a file and ran the tests after its last change.
+    """
+    read: set[str] = set()
+    first_write_read: bool | None = None
+    tested_after_write = False
+    for step in traj.steps:
+        try:
+            call = json.loads(step.action_text)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(call, dict):
+            continue
+        action, path = call.get("action"), str(call.get("path", ""))
+        if action == "read_file" and step.observation_text.startswith("==="):
+            read.add(path)
+        elif action in ("write_file", "edit_file") and step.observation_text.startswith("wrote"):
+            if first_write_read is None:
+                first_write_read = path in read
+            tested_after_write = False
+        elif action == "run_tests" and first_write_read is not None:
+            tested_after_write = True
+    return {
+        "read_before_write": bool(first_write_read),
+        "test_after_modify": first_write_read is not None and tested_after_write,
+    }
+
+
+def habit_shares(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Share of coding episodes showing each coding habit."""
+    rows = [coding_habits(t) for t in trajs]
+    n = max(len(rows), 1)
+    return {k: sum(r[k] for r in rows) / n for k in ("read_before_write", "test_after_modify")}
+
+
+# ------------------------------------------------------------------------------------------- arms
+
+
+def coding_arm(exp: Any, config: TransferConfig, tokenizer: Any, sandbox: Any, seed: int) -> dict[str, Any]:
+    """Arm A's coding stage: SFT on expert repairs, GRPO on CodeRepair-v0; held-out success, habits."""
+    from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+    from transferlab.coding_rl.policies.generation import SamplingConfig
+    from transferlab.coding_rl.tasks.toy import toy_repo_plan, toy_repo_tasks
+    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
+    from transferlab.coding_rl.trainers.demos import scripted_demonstration, train_sft
+    from transferlab.coding_rl.trainers.rl import train_rl
+
+    cc, arm = config.coding, f"coding-seed{seed}"
+    train, held = toy_repo_tasks(cc.held_out_fraction, 0, tuple(cc.operations))
+    model = config.ops.policy.model_copy(update={"seed": seed}).create(tokenizer)
+    rl = cc.rl.model_copy(update={"seed": seed, "sandbox_backend": cc.backend})
+    env = CodeRepairEnv(train, sandbox=sandbox, max_steps=rl.max_steps)
+    demos = [scripted_demonstration(env, t, toy_repo_plan(t), tokenizer) for t in train[: cc.demo_tasks]]
+    with exp.arm_logger(arm) as logger:
+        log = PrefixLogger(logger, "coding/")
+        train_sft(model, tokenizer, demos, cc.sft.model_copy(update={"seed": seed}), log)
+        result = train_rl(model, tokenizer, train, rl, exp.arm_dir(arm) / "rl", log, step_offset=cc.sft.steps)
+    save_policy(result.model, tokenizer, exp.arm_dir(arm) / "policy")
+    flat = [t for t in held for _ in range(cc.eval_episodes)]
+    envs = [CodeRepairEnv(held, max_steps=rl.max_steps, sandbox=sandbox) for _ in flat]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=rl.max_new_tokens, seed=12_345)
+    trajs = policy_episodes(result.model, tokenizer, envs, flat, sampling, rl.max_context)
+    return {
+        "held_out": [float(bool(t.steps[-1].info.get("success"))) for t in trajs],
+        "habits": habit_shares(trajs),
+        "train_success": [h.get("rollout/success_rate", float("nan")) for h in result.history],
+        "policy": str(exp.arm_dir(arm) / "policy"),
+    }
+
+
+def ops_arm(exp: Any, config: TransferConfig, arm: str, seed: int, init_from: Path) -> dict[str, Any]:
+    """Train on OpsAnalysis-v0 from ``init_from`` with the shared ops budget; the result as JSON."""
+    with exp.arm_logger(arm) as logger:
+        res = train_ops(config.ops.model_copy(update={"seed": seed}), exp.arm_dir(arm), init_from, logger)
+    return res.to_dict()
+
+
+def run_transfer(
+    config: TransferConfig,
+    runs_root: Path = Path("runs"),
+    report_dir: Path | None = None,
+    resume: Path | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Per seed: the coding policy, then the transfer and scratch ops arms; summary and report."""
+    from transferlab.coding_rl.experiments.common import opened_sandbox
+    from transferlab.coding_rl.experiments.harness import Experiment
+
+    exp, config = Experiment.open("transfer", config, runs_root, resume, console)
+    torch.set_num_threads(1)
+    results: dict[str, dict[str, Any]] = {}
+    with exp.run, opened_sandbox(config.coding.backend) as sandbox, exp.progress:
+        tokenizer = _tokenizer(exp.run.dir / "tokenizer", config)
+        bar = exp.progress.add_task("transfer", total=3 * len(config.seeds))
+        for seed in config.seeds:
+            exp.progress.update(bar, description=f"coding seed {seed}")
+            coding = exp.arm(
+                f"coding-seed{seed}", functools.partial(coding_arm, exp, config, tokenizer, sandbox, seed)
+            )
+            results[f"coding-seed{seed}"] = coding
+            exp.progress.advance(bar)
+            exp.progress.update(bar, description=f"ops transfer seed {seed}")
+            results[f"transfer-seed{seed}"] = exp.arm(
+                f"transfer-seed{seed}",
+                functools.partial(ops_arm, exp, config, f"transfer-seed{seed}", seed, Path(coding["policy"])),
+            )
+            exp.progress.advance(bar)
+            exp.progress.update(bar, description=f"ops scratch seed {seed}")
+            init = exp.arm_dir(f"scratch-seed{seed}") / "init"
+            if not (init / "config.json").exists():
+                fresh_policy(config.ops.model_copy(update={"seed": seed}), tokenizer, init)
+            results[f"scratch-seed{seed}"] = exp.arm(
+                f"scratch-seed{seed}",
+                functools.partial(ops_arm, exp, config, f"scratch-seed{seed}", seed, init),
+            )
+            exp.progress.advance(bar)
+        summary = summarise(config, results, exp.elapsed_s())
+        summary["run_dir"] = str(exp.run.dir)
+        exp.run.write_artifact_json("summary.json", summary)
+        exp.write_report(transfer_report(config, results, summary, exp.run.dir), report_dir)
+    return summary
+
+
+def _tokenizer(directory: Path, config: TransferConfig) -> Any:
+    """The shared coding + ops tokenizer, trained once per run and saved with it."""
+    from transformers import PreTrainedTokenizerFast
+
+    if (directory / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(str(directory))
+    train, _ = ops_tasks(config.ops.train_tasks, config.ops.held_out_tasks)
+    tokenizer = shared_tokenizer(train, config.ops.vocab_size, config.coding.operations)
+    tokenizer.save_pretrained(str(directory))
+    return tokenizer
+
+
+# ---------------------------------------------------------------------------------------- summary
+
+
+def _stage_point(curve: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
+    if stage == "first_rl":
+        rl = [p for p in curve if p["stage"] == "rl"]
+        return rl[0] if rl else None
+    if stage == "end":
+        return curve[-1]
+    return next((p for p in curve if p["stage"] == stage), None)
+
+
+def _iv(values: Sequence[float]) -> dict[str, Any]:
+    return bootstrap_ci(list(values), seed=0).__dict__ if values else {}
+
+
+def _arm_summary(config: TransferConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"stages": {}, "episodes_to_threshold": []}
+    for stage in STAGES:
+        points = [p for r in rows if (p := _stage_point(r["curve"], stage)) is not None]
+        if not points:
+            continue
+        out["stages"][stage] = {
+            "success": _iv([v for p in points for v in p["per_episode"]]),
+            "rubric": sum(p["rubric"] for p in points) / len(points),
+            "habits": {
+                h: _iv([v for p in points for v in p["habit_episodes"][h]])
+                for h in points[0]["habit_episodes"]
+            },
+        }
+    for r in rows:
+        pts = [p for p in r["curve"] if p["stage"] != "start"]
+        x, y = [p["episodes"] for p in pts], [p["success"] for p in pts]
+        out["episodes_to_threshold"].append(first_crossing(x, y, config.threshold) if x else None)
+    return out
+
+
+def summarise(config: TransferConfig, results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """Per arm: held-out success, rubric and habits per stage, episodes to the threshold; A - B."""
+    out: dict[str, Any] = {"seconds": seconds, "threshold": config.threshold, "arms": {}}
+    for arm in ARMS:
+        out["arms"][arm] = _arm_summary(config, [results[f"{arm}-seed{s}"] for s in config.seeds])
+    coding = [results[f"coding-seed{s}"] for s in config.seeds]
+    out["coding"] = {
+        "held_out": _iv([v for c in coding for v in c["held_out"]]),
+        "habits": {k: sum(c["habits"][k] for c in coding) / len(coding) for k in coding[0]["habits"]},
+    }
+    final = {
+        arm: [v for s in config.seeds for v in results[f"{arm}-seed{s}"]["curve"][-1]["per_episode"]]
+        for arm in ARMS
+    }
+    out["transfer_minus_scratch"] = bootstrap_diff_ci(
+        final["scratch"], final["transfer"], paired=True, seed=0
+    ).__dict__
+    return out
+
+
+# ----------------------------------------------------------------------------------------- report
+
+
+def _interval(d: dict[str, Any]) -> Interval:
+    return Interval(d["estimate"], d["low"], d["high"], d["level"], d["n"])
+
+
+def _fmt_eps(values: list[float | None]) -> str:
+    return ", ".join("never" if v is None else f"{v:.0f}" for v in values)
+
+
+def _success_curves(config: TransferConfig, results: dict[str, dict[str, Any]]) -> dict[str, Curve]:
+    curves = {}
+    for arm in ARMS:
+        per_seed = [
+            [p for p in results[f"{arm}-seed{s}"]["curve"] if p["stage"] != "start"] for s in config.seeds
+        ]
+        n = min(len(c) for c in per_seed)
+        ivs = [bootstrap_ci([v for c in per_seed for v in c[i]["per_episode"]], seed=0) for i in range(n)]
+        x = [per_seed[0][i]["episodes"] for i in range(n)]
+        curves[arm] = Curve(x, [iv.estimate for iv in ivs], [iv.low for iv in ivs], [iv.high for iv in ivs])
+    return curves
+
+
+def transfer_report(
+    config: TransferConfig, results: dict[str, dict[str, Any]], summary: dict[str, Any], run_dir: Path
+) -> Report:
+    """The Markdown + HTML report: curves, episodes to the threshold, habits, settings."""
+    arms = summary["arms"]
+    report = Report("Transfer from coding to ops analysis: coding-pretrained vs from scratch")
+
+    def stage(arm: str, name: str) -> str:
+        st = arms[arm]["stages"].get(name)
+        return _interval(st["success"]).format(".2f") if st else "—"
+
+    report.paragraph(
+        "Held-out success on OpsAnalysis-v0 (rubric >= 8): transfer (coding-pretrained) "
+        f"{stage('transfer', 'start')} before ops training, {stage('transfer', 'sft')} after ops SFT, "
+        f"{stage('transfer', 'end')} after GRPO; scratch {stage('scratch', 'start')}, "
+        f"{stage('scratch', 'sft')}, "
+        f"{stage('scratch', 'end')}. Transfer - scratch at the end: "
+        f"{_interval(summary['transfer_minus_scratch']).format('+.2f')} (95% bootstrap interval)."
+    )
+    report.paragraph(
+        f"GRPO episodes to reach {config.threshold:.0%} held-out success (0 = already after SFT; per seed): "
+        f"transfer {_fmt_eps(arms['transfer']['episodes_to_threshold'])}; "
+        f"scratch {_fmt_eps(arms['scratch']['episodes_to_threshold'])}."
+    )
+    coding = summary["coding"]
+    report.paragraph(
+        "Arm A's coding policy: held-out CodeRepair-v0 success "
+        f"{_interval(coding['held_out']).format('.2f')}; "
+        + ", ".join(f"{k.replace('_', ' ')} in {v:.0%} of its episodes" for k, v in coding["habits"].items())
+        + "."
+    )
+    report.heading("Workflow habits")
+    rows = []
+    for code_habit, ops_habit in HABIT_PAIRS:
+        for arm in ARMS:
+            row: dict[str, Any] = {"habit (coding -> ops)": f"{code_habit} -> {ops_habit}", "arm": arm}
+            for st in STAGES:
+                s = arms[arm]["stages"].get(st)
+                row[st] = _interval(s["habits"][ops_habit]) if s else None
+            rows.append(row)
+    report.table(rows)
+    report.paragraph(
+        "Share of held-out ops episodes showing each habit (95% bootstrap intervals): before ops training "
+        "(start), after ops SFT (early in ops fine-tuning), after the first GRPO evaluation and at the end."
+    )
+    report.figure(
+        plot_curves(_success_curves(config, results), xlabel="ops GRPO episodes", ylabel="held-out success"),
+        "success_curves",
+        "Held-out success against ops GRPO episodes (0 = after SFT); band = 95% bootstrap interval over "
+        "seeds x episodes.",
+    )
+    early = {
+        f"{arm}: {habit.split('_')[0]}": _interval(arms[arm]["stages"]["sft"]["habits"][habit])
+        for arm in ARMS
+        for _, habit in HABIT_PAIRS
+        if "sft" in arms[arm]["stages"]
+    }
+    report.figure(
+        plot_bars(early, ylabel="share of held-out episodes"),
+        "habits_early",
+        "Habits after ops SFT: query before concluding ('query') and check before reporting ('check').",
+    )
+    _settings(report, config, summary, run_dir)
+    return report
+
+
+def _settings(report: Report, config: TransferConfig, summary: dict[str, Any], run_dir: Path) -> None:
+    ops, cc = config.ops, config.coding
+    report.heading("Settings")
+    report.bullets(
+        [
+            f"policy: {ops.policy.n_layer} layers, width {ops.policy.d_model}; one byte-level BPE "
+            f"({ops.vocab_size} tokens) trained on coding and ops texts, shared by both arms",
+            f"coding stage (arm A only): toy repositories ({', '.join(cc.operations)}), "
+            f"SFT on {cc.demo_tasks} "
+            f"expert episodes x {cc.sft.steps} steps, GRPO {cc.rl.steps} steps x {cc.rl.tasks_per_step} "
+            f"tasks x G={cc.rl.group_size}",
+            f"ops budget (both arms): {ops.train_tasks} training / {ops.held_out_tasks} held-out scenarios; "
+            f"SFT on {ops.sft_tasks} expert episodes, {ops.sft.steps} steps x {ops.sft.batch_size}; GRPO "
+            f"{ops.rl.steps} steps x {ops.rl.tasks_per_step} tasks x G={ops.rl.group_size} "
+            f"({ops.rl.rewards} rewards), {ops.eval_episodes} held-out episodes per task",
+            f"seeds: {', '.join(map(str, config.seeds))}",
+            f"wall time: {summary['seconds'] / 60:.1f} min on this machine",
+            f"run directory: {run_dir}",
+        ]
+    )
+    report.code(
+        "python -m transferlab.platform.experiments.transfer --preset cpu --report-dir docs/results/transfer"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m transferlab.platform.experiments.transfer --preset cpu [--report-dir DIR]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--runs-root", type=Path, default=Path("runs"))
+    parser.add_argument("--report-dir", type=Path, default=None)
+    parser.add_argument("--resume", type=Path, default=None, help="A run directory to continue.")
+    args = parser.parse_args(argv)
+    summary = run_transfer(PRESETS[args.preset](), args.runs_root, args.report_dir, args.resume)
+    print(json.dumps({arm: row["episodes_to_threshold"] for arm, row in summary["arms"].items()}))
+
+
+if __name__ == "__main__":
+    main()
