@@ -57,6 +57,18 @@ def test_authenticate(store: ReviewStore) -> None:
             svc.authenticate(name, password)
 
 
+def test_user_lookup_and_clock(store: ReviewStore) -> None:
+    svc = ReviewService(store)
+    admin = svc.add_user(None, "ada", "pw-a", "admin")
+    svc.add_user(admin, "bob", "pw-b", "reviewer")
+    bob = svc.user("bob")
+    assert bob is not None and (bob.name, bob.role) == ("bob", "reviewer")
+    svc.set_role(admin, "bob", "approver")
+    assert svc.user("bob").role == "approver"  # type: ignore[union-attr]
+    assert svc.user("nobody") is None
+    assert svc.now().tzinfo is not None
+
+
 def test_roles_are_reread_from_the_store(team: Any, make_suggestion: Make) -> None:
     svc = team.svc
     svc.set_role(team.admin, "rita", "viewer")

@@ -471,6 +471,19 @@ class ReviewService:
             row.role = role
             return User(id=row.id, name=row.name, role=role, created_at=row.created_at)
 
+    def user(self, name: str) -> User | None:
+        """The account ``name`` as stored now (its current role), or None. Not a sign-in: every other
+        method still re-reads and checks the actor's role."""
+        with self.store.session() as s:
+            row = s.scalar(select(UserRow).where(UserRow.name == name))
+            if row is None:
+                return None
+            return User(id=row.id, name=row.name, role=cast(Role, row.role), created_at=row.created_at)
+
+    def now(self) -> datetime:
+        """The service's clock (timezone-aware UTC)."""
+        return self._now()
+
     def authenticate(self, name: str, password: str) -> User:
         """The user with that name and password; :class:`AuthError` otherwise (same message for both)."""
         with self.store.session() as s:

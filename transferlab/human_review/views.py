@@ -19,11 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-
 from transferlab.human_review.auth import Role, role_allows
 from transferlab.human_review.service import STATES, AuditRow, ReviewService, SuggestionView, User
-from transferlab.human_review.store import UserRow
 from transferlab.simulator.market import PROMO_CATEGORIES, TARGETS
 
 __all__ = [
@@ -96,18 +93,8 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def current_user(service: ReviewService, name: str | None) -> User | None:
-    """The signed-in user as stored now (its role re-read on every rerun), or None when unknown.
-
-    The app keeps only the user name in its session; the service has no lookup by name, so this reads
-    the user table (the service re-checks the role on every call anyway).
-    """
-    if not name:
-        return None
-    with service.store.session() as s:
-        row = s.scalar(select(UserRow).where(UserRow.name == name))
-        if row is None:
-            return None
-        return User(id=row.id, name=row.name, role=row.role, created_at=row.created_at)  # type: ignore[arg-type]
+    """The signed-in user as stored now (its role re-read on every rerun), or None when unknown."""
+    return service.user(name) if name else None
 
 
 def can_decide(role: str) -> bool:
