@@ -8,7 +8,6 @@ never a crash. Code only ever runs in the sandbox, through the verifier.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
@@ -20,6 +19,7 @@ from typing import Any
 from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask, task_from_dict
 from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.platform.tools import ToolCall, ToolError, parse_tool_call
 
 TOOLS: dict[str, tuple[str, ...]] = {
     "read_file": ("path",),
@@ -34,47 +34,12 @@ MAX_FILE_CHARS = 200_000
 MAX_SEARCH_HITS = 40
 
 
-class ToolError(ValueError):
-    """A tool call the environment refuses; the message tells the agent what to do instead."""
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A parsed, validated tool call."""
-
-    action: str
-    args: dict[str, Any]
-
-    def key(self) -> str:
-        """Canonical form, for spotting the same call twice."""
-        return json.dumps({"action": self.action, **self.args}, sort_keys=True)
+_SPEC = {name: (required, OPTIONAL_ARGS.get(name, ())) for name, required in TOOLS.items()}
 
 
 def parse_action(text: str) -> ToolCall:
     """Parse one JSON tool call; raise ToolError naming what is wrong."""
-    try:
-        data = json.loads(text)
-    except (ValueError, TypeError):
-        raise ToolError(
-            'the action must be one JSON object, e.g. {"action": "read_file", "path": "src/x.py"}'
-        ) from None
-    if not isinstance(data, dict):
-        raise ToolError('the action must be a JSON object with an "action" key')
-    name = data.get("action")
-    if name not in TOOLS:
-        raise ToolError(f"unknown action {name!r}; available: {', '.join(TOOLS)}")
-    required, optional = TOOLS[name], OPTIONAL_ARGS.get(name, ())
-    missing = [a for a in required if a not in data]
-    if missing:
-        raise ToolError(f"{name} needs {', '.join(repr(m) for m in missing)}")
-    extra = sorted(set(data) - {"action", *required, *optional})
-    if extra:
-        raise ToolError(f"{name} does not take {', '.join(repr(e) for e in extra)}")
-    args = {k: data[k] for k in (*required, *optional) if k in data}
-    for key, value in args.items():
-        if not isinstance(value, str):
-            raise ToolError(f"{name}: {key!r} must be a string")
-    return ToolCall(name, args)
+    return parse_tool_call(text, _SPEC, '{"action": "read_file", "path": "src/x.py"}')
 
 
 @dataclass

@@ -22,13 +22,12 @@ environment turns into an error observation. Results are ``key: value`` lines (s
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from transferlab.platform.tools import ToolCall, ToolError, parse_tool_call
 from transferlab.simulator.market import CATEGORIES
 from transferlab.simulator.ops.scenarios import Scenario, campaign_summary, window_sales
 
@@ -57,47 +56,9 @@ CATEGORY_ALIASES: dict[str, str] = {
 NEGATIVE_FILTERS = ("negative", "complaint", "complaints", "bad", "差评", "投诉", "负面")
 
 
-class ToolError(ValueError):
-    """A malformed or failed tool call; the environment shows it as an observation."""
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A parsed tool call."""
-
-    action: str
-    args: dict[str, str]
-
-    def key(self) -> str:
-        """Canonical form, for spotting the same call twice."""
-        return json.dumps({"action": self.action, **self.args}, sort_keys=True, ensure_ascii=False)
-
-
 def parse_action(text: str) -> ToolCall:
     """Parse one JSON tool call; raise ToolError naming what is wrong."""
-    try:
-        data = json.loads(text)
-    except (ValueError, TypeError):
-        raise ToolError(
-            'the action must be one JSON object, e.g. {"action": "query_sales_data", "category": "shoes"}'
-        ) from None
-    if not isinstance(data, dict):
-        raise ToolError('the action must be a JSON object with an "action" key')
-    name = data.get("action")
-    if name not in TOOLS:
-        raise ToolError(f"unknown action {name!r}; available: {', '.join(TOOLS)}")
-    required, optional = TOOLS[name]
-    missing = [a for a in required if a not in data]
-    if missing:
-        raise ToolError(f"{name} needs {', '.join(repr(m) for m in missing)}")
-    extra = sorted(set(data) - {"action", *required, *optional})
-    if extra:
-        raise ToolError(f"{name} does not take {', '.join(repr(e) for e in extra)}")
-    args = {k: data[k] for k in (*required, *optional) if k in data}
-    for key, value in args.items():
-        if not isinstance(value, str):
-            raise ToolError(f"{name}: {key!r} must be a string")
-    return ToolCall(name, args)
+    return parse_tool_call(text, TOOLS, '{"action": "query_sales_data", "category": "shoes"}')
 
 
 def parse_fields(text: str) -> dict[str, str]:
