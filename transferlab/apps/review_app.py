@@ -20,7 +20,10 @@ TITLES = {
     "executed": ("Executed", ":material/rocket_launch:"),
     "audit": ("Audit log", ":material/history:"),
     "results": ("Results", ":material/insights:"),
+    "experiments": ("Experiments", ":material/science:"),
 }
+#: Pages every signed-in role sees, after the role's review pages.
+ALL_ROLES_PAGES = ["experiments"]
 
 
 def sign_in() -> None:
@@ -51,6 +54,6 @@ else:
         st.rerun()
     pages = [
         st.Page(PAGES_DIR / f"{name}.py", title=TITLES[name][0], icon=TITLES[name][1], default=i == 0)
-        for i, name in enumerate(views.pages_for(user.role))
+        for i, name in enumerate([*views.pages_for(user.role), *ALL_ROLES_PAGES])
     ]
 st.navigation(pages).run()

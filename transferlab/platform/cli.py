@@ -231,37 +231,6 @@ def _resolve_run(ref: str, root: Path) -> Path:
     raise _CompareError(f"no run {ref!r}: {where}; `transferlab runs list --runs-root {root}` lists the runs")
 
 
-def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts -> one level with dotted keys (``{"opt": {"lr": 1}}`` -> ``{"opt.lr": 1}``)."""
-    out: dict[str, Any] = {}
-    for key, value in obj.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _read_config(run_dir: Path) -> dict[str, Any]:
-    from transferlab.platform.runstore import CONFIG_FILE
-
-    try:
-        data = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        raise _CompareError(f"cannot read {run_dir / CONFIG_FILE}: {err}") from None
-    return _flatten(data) if isinstance(data, dict) else {}
-
-
-def _differing_keys(configs: Sequence[Mapping[str, Any]]) -> tuple[list[str], int]:
-    """Config keys whose value is not the same in every run (absent counts as a value), and how many are."""
-    absent = object()
-    keys = sorted({k for cfg in configs for k in cfg})
-    differ = [k for k in keys if any(cfg.get(k, absent) != configs[0].get(k, absent) for cfg in configs[1:])]
-    return differ, len(keys) - len(differ)
-
-
 def _keys(n: int) -> str:
     return f"{n} key" if n == 1 else f"{n} keys"
 
@@ -270,25 +239,17 @@ def _num(value: float) -> str:
     return f"{value:.4g}" if math.isfinite(value) else str(value)
 
 
-def _config_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def _series(metrics: pd.DataFrame, key: str) -> pd.Series:
-    """Values of ``key`` indexed by step, sorted by step (the last logged value wins at a repeated step)."""
-    rows = metrics[metrics["key"] == key].drop_duplicates(subset="step", keep="last")
-    return rows.set_index("step")["value"].sort_index(kind="stable")
-
-
 def _metric_cell(metrics: pd.DataFrame, key: str) -> Text:
     from rich.text import Text
 
-    values = _series(metrics, key)
-    if values.empty:
+    from transferlab.platform.run_compare import summarize
+
+    summary = summarize(metrics, key)
+    if summary is None:
         return Text("—", style="dim")
-    cell = Text(f"{_num(float(values.iloc[-1]))} @ {int(values.index[-1])}")
-    if len(values) > 1:
-        cell.append(f"\nmin {_num(float(values.min()))} · max {_num(float(values.max()))}", style="dim")
+    cell = Text(f"{_num(summary.last)} @ {summary.step}")
+    if summary.points > 1:
+        cell.append(f"\nmin {_num(summary.min)} · max {_num(summary.max)}", style="dim")
     return cell
 
 
@@ -320,6 +281,8 @@ def _compare_table(
     from rich.table import Table
     from rich.text import Text
 
+    from transferlab.platform.run_compare import config_value
+
     table = Table()
     table.add_column("", style="bold", no_wrap=True)
     for label in labels:
@@ -331,7 +294,7 @@ def _compare_table(
     if differ:
         table.add_section()
     for key in differ:
-        cells = [Text(_config_value(c[key])) if key in c else Text("—", style="dim") for c in configs]
+        cells = [Text(config_value(c[key])) if key in c else Text("—", style="dim") for c in configs]
         table.add_row(Text(f"config.{key}"), *cells)
     return table
 
@@ -345,6 +308,7 @@ def _plot_compare(
 
     from transferlab.platform.io import atomic_write_bytes
     from transferlab.platform.reports import Curve, draw_curves, figure_png
+    from transferlab.platform.run_compare import metric_series
 
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
@@ -353,7 +317,7 @@ def _plot_compare(
     for ax, key in zip(axes, keys, strict=False):
         series = {}
         for i, (label, df) in enumerate(zip(labels, frames, strict=True)):
-            values = _series(df, key)
+            values = metric_series(df, key)
             if not values.empty:
                 series[label] = Curve(values.index.to_numpy(), values.to_numpy(), color=f"C{i % 10}")
         draw_curves(ax, series, xlabel="step", ylabel="", title=key, legend=False)
@@ -401,6 +365,7 @@ def runs_compare(
     from rich.console import Console
 
     from transferlab.platform.metrics import read_metrics
+    from transferlab.platform.run_compare import differing_keys, read_config
     from transferlab.platform.runstore import METRICS_FILE, RunInfo
 
     try:
@@ -410,7 +375,7 @@ def runs_compare(
             if seen.count(d) > 1:
                 raise _CompareError(f"run {ref!r} ({d}) is given more than once; pass each run once")
         infos = [RunInfo.from_dir(d) for d in dirs]
-        configs = [_read_config(d) for d in dirs]
+        configs = [read_config(d) for d in dirs]
         frames = [read_metrics(d / METRICS_FILE, missing_ok=True) for d in dirs]
         keys, metric_note = _pick_metrics(frames, metric)
         if plot is not None and not keys:
@@ -422,7 +387,7 @@ def runs_compare(
         raise typer.Exit(2) from None
     ids = [i.run_id for i in infos]
     labels = [i.run_id if ids.count(i.run_id) == 1 else f"{i.experiment}/{i.run_id}" for i in infos]
-    differ, n_equal = _differing_keys(configs)
+    differ, n_equal = differing_keys(configs)
     table = _compare_table(infos, labels, configs, differ)
     if keys:
         table.add_section()
