@@ -52,7 +52,11 @@ else:
     st.caption("The selected runs logged no metrics.")
 
 for info, label in zip(comparison.infos, comparison.labels, strict=True):
-    report, result = rc.read_report(info.dir), rc.read_result(info.dir)
+    try:
+        report, result = rc.read_report(info.dir), rc.read_result(info.dir)
+    except (OSError, ValueError) as err:
+        st.warning(str(err))
+        continue
     if report is None and result is None:
         continue
     st.subheader(f"{label}: report")
