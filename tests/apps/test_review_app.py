@@ -26,6 +26,7 @@ PAGES = {
     "executed": "Executed",
     "audit": "Audit log",
     "results": "Predicted vs real",
+    "experiments": "Experiments",
 }
 USER_OF = {"viewer": "vic", "reviewer": "rita", "approver": "alma", "admin": "ada"}
 XSS = "<script>alert(1)</script> and **not bold**"
