@@ -67,6 +67,8 @@ _SCORE = re.compile(r"report received; score (\d+(?:\.\d+)?)/10")
 
 
 def _ops_rl() -> RLConfig:
+    """GRPO defaults on ops. At lr 3e-4 without KL, held-out success fell from 0.28 after SFT to 0.11
+    in 20 steps (seed 0); at lr 3e-5 with KL 0.1 it held at 0.28 (rubric 3.52 -> 3.56)."""
     return RLConfig(
         mode="agent",
         env_factory=OPS_ENV_FACTORY,
@@ -74,7 +76,8 @@ def _ops_rl() -> RLConfig:
         steps=20,
         tasks_per_step=4,
         group_size=4,
-        lr=3e-4,
+        lr=3e-5,
+        kl_coef=0.1,
         max_new_tokens=160,
         max_context=1280,
         max_steps=8,
