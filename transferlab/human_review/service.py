@@ -718,6 +718,15 @@ class ReviewService:
             )
         return None
 
+    def execution_refusal(self, suggestion_id: int) -> str | None:
+        """Why ``suggestion_id`` must not reach the market now (its decider may no longer approve its
+        risk, or it is gone), else None. Workers call it right before launching, for takeovers too."""
+        with self.store.session() as s:
+            row = s.get(SuggestionRow, suggestion_id)
+            if row is None:
+                return f"suggestion {suggestion_id} no longer exists"
+            return self._execution_refusal(s, row)
+
     def claim(self, worker: str, lease_seconds: float = 60.0) -> Claim | None:
         """Take the next approved (or abandoned executing) suggestion for ``worker``, or ``None``.
 

@@ -56,18 +56,7 @@ __all__ = [
 
 #: The choice meaning "no filter" in the queue's select boxes.
 ALL = "all"
-QUEUE_STATES: tuple[str, ...] = (
-    "pending",
-    ALL,
-    "approved",
-    "modified",
-    "rejected",
-    "expired",
-    "executing",
-    "executed",
-    "failed",
-    "feedback_received",
-)
+QUEUE_STATES: tuple[str, ...] = ("pending", ALL, *(st for st in STATES if st != "pending"))
 RISK_FILTERS: tuple[str, ...] = (ALL, "low", "medium", "high")
 SORTS: tuple[str, ...] = ("risk", "expiry", "created")
 #: States shown on the executed page (launched, or tried to be).

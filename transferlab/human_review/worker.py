@@ -29,16 +29,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from transferlab.human_review.auth import role_allows
 from transferlab.human_review.market import LaunchReceipt, MarketGateway
 from transferlab.human_review.service import Claim, InvalidTransition, NotFound, ReviewError, ReviewService
-from transferlab.human_review.store import SuggestionRow, UserRow
+from transferlab.human_review.store import SuggestionRow
 from transferlab.simulator.market import CampaignAction
 
 __all__ = ["WorkerStats", "run_worker"]
 
-#: The least role that may approve each risk (the contract's permissions; re-checked at execution).
-APPROVER_FOR = {"low": "reviewer", "medium": "reviewer", "high": "approver"}
 _KEY = re.compile(r"suggestion-(\d+)")
 
 Log = Callable[[str], None]
@@ -170,25 +167,12 @@ def _fail(service: ReviewService, claim: Claim, why: str, stats: WorkerStats, sa
 
 
 def decider_refusal(service: ReviewService, suggestion_id: int) -> str | None:
-    """Why ``suggestion_id`` must not reach the market now: its decider may no longer approve its risk.
+    """Why ``suggestion_id`` must not reach the market now (see ``ReviewService.execution_refusal``).
 
     ``ReviewService.claim`` checks this before a first claim; the worker checks again right before
-    launching (also for takeovers of lapsed leases, which ``claim`` does not re-check).
+    launching, also for takeovers of lapsed leases, which ``claim`` does not re-check.
     """
-    with service.store.session() as s:
-        row = s.get(SuggestionRow, suggestion_id)
-        if row is None:
-            return f"suggestion {suggestion_id} no longer exists"
-        decider = s.scalar(select(UserRow).where(UserRow.name == row.decided_by))
-        needed = APPROVER_FOR[row.risk]
-        if decider is None:
-            return f"the decider {row.decided_by!r} no longer exists; submit it again"
-        if not role_allows(decider.role, needed):
-            return (
-                f"the decider {decider.name} is now a {decider.role}; {row.risk} risk needs the "
-                f"{needed} role or higher; submit it again"
-            )
-        return None
+    return service.execution_refusal(suggestion_id)
 
 
 def collect_feedback(service: ReviewService, gateway: MarketGateway, log: Log | None = None) -> int:
