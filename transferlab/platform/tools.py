@@ -18,9 +18,25 @@ read_file needs 'path'
 from __future__ import annotations
 
 import json
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+CHARSET = frozenset(string.printable)
+"""The characters of text observations (gymnasium ``Text`` spaces of the tool environments)."""
+MAX_TEXT = 32_768
+"""The longest text observation."""
+
+
+def to_charset(text: str, limit: int = MAX_TEXT) -> str:
+    """Observation text within the declared space: printable ASCII, truncated with a marker."""
+    clean = "".join(ch if ch in CHARSET else "?" for ch in text)
+    if len(clean) > limit:
+        marker = "\n...[truncated]"
+        clean = clean[: limit - len(marker)] + marker
+    return clean
+
 
 ToolSpec = Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
 """Each tool's (required, optional) argument names."""
@@ -70,4 +86,4 @@ def parse_tool_call(text: str, tools: ToolSpec, example: str = '{"action": "<too
     return ToolCall(name, args)
 
 
-__all__ = ["ToolCall", "ToolError", "ToolSpec", "parse_tool_call"]
+__all__ = ["CHARSET", "MAX_TEXT", "ToolCall", "ToolError", "ToolSpec", "parse_tool_call", "to_charset"]

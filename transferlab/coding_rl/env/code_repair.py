@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import string
 import time
 from typing import Any
 
@@ -23,18 +22,7 @@ from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.repo_task import RepoTask
-
-CHARSET = frozenset(string.printable)
-MAX_TEXT = 32_768
-
-
-def to_charset(text: str, limit: int = MAX_TEXT) -> str:
-    """Observation text within the declared space: printable ASCII, truncated with a marker."""
-    clean = "".join(ch if ch in CHARSET else "?" for ch in text)
-    if len(clean) > limit:
-        marker = "\n...[truncated]"
-        clean = clean[: limit - len(marker)] + marker
-    return clean
+from transferlab.platform.tools import CHARSET, MAX_TEXT, to_charset
 
 
 class CodeRepairEnv(gym.Env[str, str]):

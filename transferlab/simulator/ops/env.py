@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import string
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 from gymnasium import spaces
 
+from transferlab.platform.tools import CHARSET, MAX_TEXT, to_charset
 from transferlab.simulator.ops.grader import (
     OpsRewardTable,
     checked_before_report,
@@ -19,18 +19,7 @@ from transferlab.simulator.ops.grader import (
 from transferlab.simulator.ops.platform import EVIDENCE_SOURCE, TOOLS, DataPlatform, ToolError, parse_action
 from transferlab.simulator.ops.scenarios import OpsTask, Scenario, ScenarioConfig, scenario, task_seeds
 
-CHARSET = frozenset(string.printable)
-MAX_TEXT = 32_768
 ReportScorer = Callable[[OpsTask, str], float]
-
-
-def to_charset(text: str, limit: int = MAX_TEXT) -> str:
-    """Observation text within the declared space: printable ASCII, truncated with a marker."""
-    clean = "".join(ch if ch in CHARSET else "?" for ch in text)
-    if len(clean) > limit:
-        marker = "\n...[truncated]"
-        clean = clean[: limit - len(marker)] + marker
-    return clean
 
 
 def rubric_scorer(task: OpsTask, report: str) -> float:
