@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -645,8 +645,6 @@ def evaluate_learners(
         n_episodes=dataset.n_episodes,
     )
 
-
-SelectBy = Literal["dm", "ips", "snips", "dr", "sndr", "switch_dr", "fqe"]
 
 __all__ = [
     "BANDIT_ESTIMATORS",
