@@ -97,7 +97,14 @@ def test_summary_counts_episodes_to_threshold_by_hand() -> None:
         "transfer-seed0": {"curve": fast},
         "scratch-seed0": {"curve": slow},
     }
-    summary = tr.summarise(config, results, 1.0)
+    results["transfer-seed0"]["seconds"] = 1800.0
+    summary = tr.summarise(config, results, 1.0, flat={"transfer-seed0": 0.25})
+    # GRPO's gain is end minus after-SFT, paired by episode: transfer 1 - 0, scratch 0.5 - 0
+    assert summary["arms"]["transfer"]["rl_gain"]["estimate"] == pytest.approx(1.0)
+    assert summary["arms"]["scratch"]["rl_gain"]["estimate"] == pytest.approx(0.5)
+    assert summary["arms"]["transfer"]["ops_cpu_hours"] == pytest.approx(0.5)
+    assert summary["arms"]["transfer"]["nonflat_group_share"] == pytest.approx(0.75)
+    assert "nonflat_group_share" not in summary["arms"]["scratch"]
     assert summary["arms"]["transfer"]["episodes_to_threshold"] == [4.0]  # 0 at 0 episodes, 1 at 8
     assert summary["arms"]["scratch"]["episodes_to_threshold"] == [16.0]
     assert summary["arms"]["transfer"]["stages"]["first_rl"]["success"]["estimate"] == 1.0
@@ -106,9 +113,33 @@ def test_summary_counts_episodes_to_threshold_by_hand() -> None:
     assert summary["coding"]["habits"] == {"read_before_write": 1.0, "test_after_modify": 0.5}
 
 
+def test_flat_group_share_reads_the_trainers_metric(tmp_path: Path) -> None:
+    import pandas as pd
+
+    path = tmp_path / "metrics.parquet"
+    rows = [
+        {"step": 0, "key": "ops/train/frac_reward_zero_std", "value": 0.5, "wall_time": 0.0},
+        {"step": 1, "key": "ops/train/frac_reward_zero_std", "value": 0.0, "wall_time": 0.0},
+        {"step": 1, "key": "ops/train/loss", "value": 9.0, "wall_time": 0.0},
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+    assert tr.flat_group_share(path) == pytest.approx(0.25)
+    assert tr.flat_group_share(tmp_path / "missing.parquet") is None
+
+
 def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
-    summary = tr.run_transfer(tr.transfer_test_config(), tmp_path / "runs", report_dir=tmp_path / "report")
+    config = tr.transfer_test_config().model_copy(update={"seeds": [0, 1]})
+    # a second process's share of the seeds: it computes seed 1 and leaves the summary to the first
+    assert tr.run_transfer(config, tmp_path / "runs", only_seeds=[1]) == {}
+    (first,) = (tmp_path / "runs" / "transfer").iterdir()
+    assert (first / "arms" / "scratch-seed1" / "result.json").exists()
+    assert not (first / "arms" / "coding-seed0").exists()
+    summary = tr.run_transfer(
+        config, tmp_path / "runs", report_dir=tmp_path / "report", resume=first, only_seeds=[0]
+    )
     run = Path(summary["run_dir"])
+    assert run == first and summary["arms"]["scratch"]["ops_cpu_hours"] > 0
+    assert 0.0 <= summary["arms"]["scratch"]["nonflat_group_share"] <= 1.0
     for arm in ("coding-seed0", "transfer-seed0", "scratch-seed0"):
         assert (run / "arms" / arm / "result.json").exists()
     # both ops arms: same architecture and tokenizer; A starts from the coding policy, B from scratch
@@ -122,4 +153,5 @@ def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
     md = (tmp_path / "report" / "report.md").read_text()
     assert "query_before_concluding" in md and "episodes to reach" in md
     assert (tmp_path / "report" / "report.html").exists()
+    assert json.loads((tmp_path / "report" / "summary.json").read_text())["arms"].keys() == set(tr.ARMS)
     assert (tmp_path / "report" / "figures" / "success_curves.png").exists()

@@ -56,6 +56,7 @@ from transferlab.platform.experiments.ops_training import (
     shared_tokenizer,
     train_ops,
 )
+from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci, first_crossing
 from transferlab.platform.trajectory import Trajectory
@@ -228,8 +229,14 @@ def run_transfer(
     report_dir: Path | None = None,
     resume: Path | None = None,
     console: Console | None = None,
+    only_seeds: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """Per seed: the coding policy, then the transfer and scratch ops arms; summary and report."""
+    """Per seed: the coding policy, then the transfer and scratch ops arms; summary and report.
+
+    ``only_seeds`` computes just those of the config's seeds, so two processes can share one run
+    directory (start the second with ``resume`` once the first has saved ``tokenizer/``). The summary
+    and report are written by whichever process finds every arm finished; the others return ``{}``.
+    """
     from transferlab.coding_rl.experiments.common import opened_sandbox
     from transferlab.coding_rl.experiments.harness import Experiment
 
@@ -238,8 +245,9 @@ def run_transfer(
     results: dict[str, dict[str, Any]] = {}
     with exp.run, opened_sandbox(config.coding.backend) as sandbox, exp.progress:
         tokenizer = _tokenizer(exp.run.dir / "tokenizer", config)
-        bar = exp.progress.add_task("transfer", total=3 * len(config.seeds))
-        for seed in config.seeds:
+        mine = [s for s in config.seeds if only_seeds is None or s in only_seeds]
+        bar = exp.progress.add_task("transfer", total=3 * len(mine))
+        for seed in mine:
             exp.progress.update(bar, description=f"coding seed {seed}")
             coding = exp.arm(
                 f"coding-seed{seed}", functools.partial(coding_arm, exp, config, tokenizer, sandbox, seed)
@@ -261,10 +269,28 @@ def run_transfer(
                 functools.partial(ops_arm, exp, config, f"scratch-seed{seed}", seed, init),
             )
             exp.progress.advance(bar)
-        summary = summarise(config, results, exp.elapsed_s())
+        for seed in config.seeds:
+            for arm in ("coding", *ARMS):
+                done = results.get(f"{arm}-seed{seed}") or exp.result(f"{arm}-seed{seed}")
+                if done is None:
+                    exp.console.print(
+                        f"{arm} seed {seed} is not finished yet: resume {exp.run.dir} to finish"
+                    )
+                    return {}
+                results[f"{arm}-seed{seed}"] = done
+        flat = {
+            f"{arm}-seed{s}": f
+            for arm in ARMS
+            for s in config.seeds
+            if (f := flat_group_share(exp.run.dir / "arms" / f"{arm}-seed{s}" / "metrics.parquet"))
+            is not None
+        }
+        summary = summarise(config, results, exp.elapsed_s(), flat)
         summary["run_dir"] = str(exp.run.dir)
         exp.run.write_artifact_json("summary.json", summary)
         exp.write_report(transfer_report(config, results, summary, exp.run.dir), report_dir)
+        if report_dir is not None:  # `transferlab compare` reads the committed summary
+            atomic_write_json(Path(report_dir) / "summary.json", summary)
     return summary
 
 
@@ -281,6 +307,17 @@ def _tokenizer(directory: Path, config: TransferConfig) -> Any:
 
 
 # ---------------------------------------------------------------------------------------- summary
+
+
+def flat_group_share(metrics: Path) -> float | None:
+    """Mean of the trainer's ``train/frac_reward_zero_std`` over an arm's GRPO steps, or None."""
+    import pandas as pd
+
+    if not metrics.exists():
+        return None
+    frame = pd.read_parquet(metrics)
+    values = frame.loc[frame["key"].str.endswith("train/frac_reward_zero_std"), "value"]
+    return float(values.mean()) if len(values) else None
 
 
 def _stage_point(curve: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
@@ -317,8 +354,18 @@ def _arm_summary(config: TransferConfig, rows: list[dict[str, Any]]) -> dict[str
     return out
 
 
-def summarise(config: TransferConfig, results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """Per arm: held-out success, rubric and habits per stage, episodes to the threshold; A - B."""
+def summarise(
+    config: TransferConfig,
+    results: dict[str, dict[str, Any]],
+    seconds: float,
+    flat: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Per arm: held-out success, rubric and habits per stage, episodes to the threshold; A - B.
+
+    Also per arm: the RL gain (end minus after-SFT held-out success, paired by episode), the ops
+    training CPU-hours (one thread per process) and, from ``flat`` (arm-seed -> mean share of GRPO
+    groups with zero reward variance, :func:`flat_group_share`), the share of non-flat groups.
+    """
     out: dict[str, Any] = {"seconds": seconds, "threshold": config.threshold, "arms": {}}
     for arm in ARMS:
         out["arms"][arm] = _arm_summary(config, [results[f"{arm}-seed{s}"] for s in config.seeds])
@@ -331,6 +378,17 @@ def summarise(config: TransferConfig, results: dict[str, dict[str, Any]], second
         arm: [v for s in config.seeds for v in results[f"{arm}-seed{s}"]["curve"][-1]["per_episode"]]
         for arm in ARMS
     }
+    for arm in ARMS:
+        rows = [results[f"{arm}-seed{s}"] for s in config.seeds]
+        sft = [
+            v for r in rows for v in (_stage_point(r["curve"], "sft") or {"per_episode": []})["per_episode"]
+        ]
+        if len(sft) == len(final[arm]) and sft:
+            out["arms"][arm]["rl_gain"] = bootstrap_diff_ci(sft, final[arm], paired=True, seed=0).__dict__
+        out["arms"][arm]["ops_cpu_hours"] = sum(float(r.get("seconds", 0.0)) for r in rows) / 3600
+        shares = [f for s in config.seeds if (f := (flat or {}).get(f"{arm}-seed{s}")) is not None]
+        if shares:
+            out["arms"][arm]["nonflat_group_share"] = 1.0 - sum(shares) / len(shares)
     out["transfer_minus_scratch"] = bootstrap_diff_ci(
         final["scratch"], final["transfer"], paired=True, seed=0
     ).__dict__
@@ -342,6 +400,12 @@ def summarise(config: TransferConfig, results: dict[str, dict[str, Any]], second
 
 def _interval(d: dict[str, Any]) -> Interval:
     return Interval(d["estimate"], d["low"], d["high"], d["level"], d["n"])
+
+
+def _rl_line(arm: str, row: dict[str, Any]) -> str:
+    gain = _interval(row["rl_gain"]).format("+.2f") if "rl_gain" in row else "—"
+    flat = f", non-flat {row['nonflat_group_share']:.2f}" if "nonflat_group_share" in row else ""
+    return f"{arm} {gain} over {row.get('ops_cpu_hours', float('nan')):.2f} CPU-hours{flat}"
 
 
 def _fmt_eps(values: list[float | None]) -> str:
@@ -384,6 +448,12 @@ def transfer_report(
         f"GRPO episodes to reach {config.threshold:.0%} held-out success (0 = already after SFT; per seed): "
         f"transfer {_fmt_eps(arms['transfer']['episodes_to_threshold'])}; "
         f"scratch {_fmt_eps(arms['scratch']['episodes_to_threshold'])}."
+    )
+    report.paragraph(
+        "What GRPO added on top of ops SFT (end minus after-SFT held-out success, paired by episode; "
+        "non-flat = share of GRPO groups whose rewards differ, so that the group has a gradient): "
+        + "; ".join(_rl_line(arm, arms[arm]) for arm in ARMS)
+        + "."
     )
     coding = summary["coding"]
     report.paragraph(
@@ -459,8 +529,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs-root", type=Path, default=Path("runs"))
     parser.add_argument("--report-dir", type=Path, default=None)
     parser.add_argument("--resume", type=Path, default=None, help="A run directory to continue.")
+    parser.add_argument(
+        "--only-seeds",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=None,
+        help="Comma-separated seeds this process computes (run a second process with --resume).",
+    )
     args = parser.parse_args(argv)
-    summary = run_transfer(PRESETS[args.preset](), args.runs_root, args.report_dir, args.resume)
+    summary = run_transfer(
+        PRESETS[args.preset](), args.runs_root, args.report_dir, args.resume, only_seeds=args.only_seeds
+    )
+    if not summary:
+        return
     print(json.dumps({arm: row["episodes_to_threshold"] for arm, row in summary["arms"].items()}))
 
 
