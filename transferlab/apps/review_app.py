@@ -20,6 +20,7 @@ TITLES = {
     "executed": ("Executed", ":material/rocket_launch:"),
     "audit": ("Audit log", ":material/history:"),
     "results": ("Results", ":material/insights:"),
+    "reports": ("Rate reports", ":material/grading:"),
     "experiments": ("Experiments", ":material/science:"),
 }
 #: Pages every signed-in role sees, after the role's review pages.

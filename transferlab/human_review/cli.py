@@ -8,6 +8,9 @@ Commands::
     transferlab review decide ID approve|reject|modify [--reason TEXT] [--action FILE.json]
     transferlab review show ID [--json]                              # state, executions, audit trail
     transferlab review rate SUBJECT SCORE [--comment TEXT]           # an expert's 0-10 rating of a report
+    transferlab review reports queue [--tasks N] [--seed S]          # ops reports for reviewers to rate
+    transferlab review reports list [--json]
+    transferlab review reports agreement                             # rubric vs human ratings
     transferlab review worker [--once] [--market DIR] [--lease-seconds S]
     transferlab review propose --policy PATH --logs LOGS_DIR [--simulator SIM_DIR] [--n N] [--market DIR]
     transferlab review market init --dir DIR --logs LOGS_DIR
@@ -69,8 +72,15 @@ market_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+reports_app = typer.Typer(
+    name="reports",
+    help="Ops analysis reports for reviewers to rate 0-10, and the rubric's agreement with them.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(users_app, name="users")
 app.add_typer(market_app, name="market")
+app.add_typer(reports_app, name="reports")
 
 DbOption = Annotated[
     str | None,
@@ -294,7 +304,9 @@ def show_command(
 
 @app.command("rate")
 def rate_command(
-    subject: Annotated[str, typer.Argument(help="What is rated, e.g. an analysis report's id or path.")],
+    subject: Annotated[
+        str, typer.Argument(help="What is rated, e.g. report-<id> (see `review reports list`).")
+    ],
     score: Annotated[float, typer.Argument(help="The expert's rating, 0 (useless) to 10 (perfect).")],
     comment: Annotated[str, typer.Option("--comment", help="Why this score.")] = "",
     db: DbOption = None,
@@ -309,6 +321,83 @@ def rate_command(
     with _refusals():
         rating_id = service.rate(actor, subject, score, comment)
     print(rating_id)
+
+
+# ------------------------------------------------------------------------------------------- reports
+
+
+@reports_app.command("queue")
+def reports_queue_command(
+    tasks: Annotated[int, typer.Option("--tasks", help="How many held-out ops tasks to run.")] = 6,
+    seed: Annotated[
+        int, typer.Option("--seed", help="First scenario seed; also seeds the random agent.")
+    ] = 0,
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Run the expert and a random agent on ops tasks and queue their reports for rating."""
+    from transferlab.human_review.reports import queue_ops_reports
+
+    if tasks < 1:
+        fail(f"--tasks must be at least 1, got {tasks}")
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        ids = queue_ops_reports(service, actor, n_tasks=tasks, seed=seed)
+        reports = [service.report(actor, i) for i in ids]
+    for r in reports:
+        print(f"queued report {r.id}: {r.task_id} by {r.source}")
+    print(
+        f"{len(reports)} report(s) queued; rate them on the app's 'Rate reports' page "
+        "or with `transferlab review rate report-<id> SCORE`"
+    )
+
+
+@reports_app.command("list")
+def reports_list_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of reports.")] = False,
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Every report with its rubric score and its ratings so far."""
+    from transferlab.human_review.reports import rated_reports
+
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        reports = service.reports(actor)
+        rated = {r.report.id: r for r in rated_reports(service, actor)}
+    if as_json:
+        print(json.dumps([r.to_dict() for r in reports]))
+        return
+    print(f"{len(reports)} report(s), {len(rated)} rated")
+    if reports:
+        print(f"{'id':>5}  {'task':<9} {'source':<12} {'rubric':>6}  {'human':>5}  {'n':>3}  subject")
+    for r in reports:
+        rubric = f"{r.rubric_score:.1f}" if r.rubric_score is not None else "-"
+        mean = f"{rated[r.id].human:.1f}" if r.id in rated else "-"
+        n = rated[r.id].n_ratings if r.id in rated else 0
+        print(f"{r.id:>5}  {r.task_id:<9} {r.source:<12} {rubric:>6}  {mean:>5}  {n:>3}  {r.subject}")
+
+
+@reports_app.command("agreement")
+def reports_agreement_command(db: DbOption = None, user: UserOption = None) -> None:
+    """How well the rubric agrees with the reviewers' ratings (Spearman, mean |difference|, n)."""
+    from transferlab.human_review.reports import rubric_vs_human
+
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        agreement = rubric_vs_human(service, actor)
+    if agreement is None:
+        print(
+            "fewer than 2 reports are rated: rate them on the app's 'Rate reports' page or with "
+            "`transferlab review rate report-<id> SCORE` (ids from `transferlab review reports list`)"
+        )
+        return
+    print(f"spearman {agreement.spearman:.3f}")
+    print(f"mean |rubric - human| {agreement.mean_abs_diff:.2f} (0-10 scale)")
+    print(f"n {agreement.n} rated report(s)")
 
 
 # -------------------------------------------------------------------------------------------- worker

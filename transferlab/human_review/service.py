@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, cast, get_args
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import String, and_, func, literal, or_, select, update
+from sqlalchemy import cast as cast_
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -55,6 +56,7 @@ from transferlab.human_review.store import (
     ExecutionRow,
     FeedbackRow,
     RatingRow,
+    ReportRow,
     ReviewStore,
     SuggestionRow,
     UserRow,
@@ -72,11 +74,13 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "Rating",
+    "Report",
     "ReviewError",
     "ReviewService",
     "SuggestionError",
     "SuggestionView",
     "User",
+    "report_subject",
 ]
 
 
@@ -125,6 +129,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 _READY = ("approved", "modified")
 _APPROVER_FOR: dict[str, Role] = {"low": "reviewer", "medium": "reviewer", "high": "approver"}
 MAX_TEXT = 4000
+MAX_REPORT = 20_000
 
 
 @dataclass(frozen=True)
@@ -218,6 +223,51 @@ class Rating:
     rater: str
     comment: str
     at: datetime
+
+
+@dataclass(frozen=True)
+class Report:
+    """An ops analysis report to rate: the task's question, the report, and its rubric score (0-10).
+
+    ``source`` says who wrote it (``expert``, ``random``, ``policy:<name>``); reviewers rate it with
+    ``ReviewService.rate(actor, report_subject(id), score)``.
+    """
+
+    id: int
+    task_id: str
+    question: str
+    text: str
+    rubric_score: float | None
+    source: str
+    created_at: datetime
+    created_by: str
+
+    @property
+    def subject(self) -> str:
+        """The ratings subject of this report: ``report-<id>``."""
+        return report_subject(self.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (times as ISO 8601 strings)."""
+        return _jsonable_times(asdict(self))
+
+
+def report_subject(report_id: int) -> str:
+    """The subject a report's ratings are stored under: ``report-<id>``.
+
+    >>> report_subject(7)
+    'report-7'
+    """
+    return f"report-{report_id}"
+
+
+def _rubric(score: float | None) -> float | None:
+    """A validated rubric score: None, or a number from 0 to 10."""
+    if score is None:
+        return None
+    if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 10:
+        raise ReviewError(f"rubric_score={score!r:.40} must be a number from 0 to 10, or None when ungraded")
+    return float(score)
 
 
 def _jsonable_times(data: dict[str, Any]) -> dict[str, Any]:
@@ -864,6 +914,80 @@ class ReviewService:
             if subject is not None:
                 query = query.where(RatingRow.subject == subject)
             return [Rating(r.id, r.subject, r.score, r.rater, r.comment, r.at) for r in s.scalars(query)]
+
+    # ------------------------------------------------------------------------------------------------
+    # analysis reports to rate
+    # ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _report(row: ReportRow) -> Report:
+        return Report(
+            row.id,
+            row.task_id,
+            row.question,
+            row.text,
+            row.rubric_score,
+            row.source,
+            row.created_at,
+            row.created_by,
+        )
+
+    def add_report(
+        self,
+        actor: User,
+        task_id: str,
+        question: str,
+        text: str,
+        rubric_score: float | None,
+        source: str,
+    ) -> int:
+        """Put an analysis report in front of reviewers; its id (rate it as ``report_subject(id)``).
+
+        ``rubric_score`` is the rubric's 0-10 grade (None when ungraded); ``source`` who wrote it
+        (``expert``, ``random``, ``policy:<name>``). Needs the role that submits suggestions.
+        """
+        task = cast(str, _text(task_id, "task_id", required=True, limit=64))
+        asked = cast(str, _text(question, "question (the task text)", required=True))
+        body = _text(text, "report text", limit=MAX_REPORT)
+        if body is None:
+            raise ReviewError("report text is empty: give the report's full text to rate")
+        score = _rubric(rubric_score)
+        who = cast(
+            str, _text(source, "source (e.g. expert, random, policy:<name>)", required=True, limit=160)
+        )
+        with self.store.session() as s:
+            user = self._require(s, actor, "reviewer", "adding reports")
+            row = ReportRow(
+                task_id=task,
+                question=asked,
+                text=body,
+                rubric_score=score,
+                source=who,
+                created_at=self._now(),
+                created_by=user.name,
+            )
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def reports(self, actor: User, unrated_by: User | None = None) -> builtins.list[Report]:
+        """Every report, oldest first; with ``unrated_by``, only those that user has not rated yet."""
+        with self.store.session() as s:
+            self._require(s, actor, "viewer", "reading reports")
+            query = select(ReportRow).order_by(ReportRow.id)
+            if unrated_by is not None:
+                rated = select(RatingRow.subject).where(RatingRow.rater == unrated_by.name)
+                query = query.where((literal("report-") + cast_(ReportRow.id, String)).not_in(rated))
+            return [self._report(r) for r in s.scalars(query)]
+
+    def report(self, actor: User, report_id: int) -> Report:
+        """One report; :class:`NotFound` when there is none with that id."""
+        with self.store.session() as s:
+            self._require(s, actor, "viewer", "reading reports")
+            row = s.get(ReportRow, report_id)
+            if row is None:
+                raise NotFound(f"no report {report_id}; list them with `transferlab review reports list`")
+            return self._report(row)
 
     def audit(self, actor: User, suggestion_id: int | None = None) -> builtins.list[AuditRow]:
         """The audit trail (of one suggestion when given), oldest first."""

@@ -47,6 +47,7 @@ __all__ = [
     "ExecutionRow",
     "FeedbackRow",
     "RatingRow",
+    "ReportRow",
     "ReviewStore",
     "SuggestionRow",
     "UserRow",
@@ -200,6 +201,21 @@ class RatingRow(Base):
     rater: Mapped[str] = mapped_column(String(64))
     comment: Mapped[str] = mapped_column(Text, default="")
     at: Mapped[datetime]
+
+
+class ReportRow(Base):
+    """An ops analysis report put in front of reviewers to rate 0-10 (subject ``report-<id>``)."""
+
+    __tablename__ = "reports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(64), index=True)
+    question: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(Text)
+    rubric_score: Mapped[float | None] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(160))
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(64))
 
 
 _SQLITE_APPEND_ONLY = [

@@ -20,7 +20,16 @@ from datetime import datetime
 from typing import Any
 
 from transferlab.human_review.auth import Role, role_allows
-from transferlab.human_review.service import STATES, AuditRow, ReviewService, SuggestionView, User
+from transferlab.human_review.service import (
+    STATES,
+    AuditRow,
+    Rating,
+    Report,
+    ReviewService,
+    SuggestionView,
+    User,
+    report_subject,
+)
 from transferlab.simulator.market import PROMO_CATEGORIES, TARGETS
 
 __all__ = [
@@ -44,10 +53,13 @@ __all__ = [
     "executed_line",
     "executed_rows",
     "ope_summary",
+    "own_rating_rows",
     "pages_for",
     "parse_id",
     "queue_filters",
     "queue_rows",
+    "rating_confirmation",
+    "report_card",
     "results_rows",
     "results_summary",
     "safe_cell",
@@ -65,13 +77,15 @@ EXECUTED_STATES: tuple[str, ...] = ("executing", "executed", "failed", "feedback
 ACTION_FIELDS: tuple[str, ...] = ("discount", "push_hour", "segment", "budget", "category", "products")
 SEGMENT_CHOICES: tuple[str, ...] = TARGETS
 CATEGORY_CHOICES: tuple[str, ...] = PROMO_CATEGORIES
-#: Every page of the app and the least role that sees it (all of them: decisions are gated inside).
+#: Every page of the app and the least role that sees it (decisions are gated inside the pages; rating
+#: reports is the reviewers' own work, so viewers do not get that page).
 PAGES: dict[str, Role] = {
     "queue": "viewer",
     "suggestion": "viewer",
     "executed": "viewer",
     "audit": "viewer",
     "results": "viewer",
+    "reports": "reviewer",
 }
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -305,6 +319,49 @@ def results_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         }
         for metric, group in sorted(by_metric.items())
     ]
+
+
+# ----------------------------------------------------------------------------------------------------
+# reports to rate
+# ----------------------------------------------------------------------------------------------------
+
+
+def report_card(report: Report) -> dict[str, str]:
+    """What a reviewer sees of a report: heading, question and text; never the rubric score (no anchoring)."""
+    return {
+        "heading": f"Report #{report.id} ({report.task_id})",
+        "question": report.question,
+        "text": report.text,
+    }
+
+
+def own_rating_rows(ratings: Sequence[Rating], reports: Sequence[Report], rater: str) -> list[dict[str, Any]]:
+    """``rater``'s ratings of reports, newest first: report id, task, score, comment, when."""
+    by_subject = {report_subject(r.id): r for r in reports}
+    rows = []
+    for rating in reversed(ratings):
+        report = by_subject.get(rating.subject)
+        if rating.rater != rater or report is None:
+            continue
+        rows.append(
+            {
+                "report": report.id,
+                "task": report.task_id,
+                "score": rating.score,
+                "comment": rating.comment,
+                "at": rating.at.strftime("%Y-%m-%d %H:%M UTC"),
+            }
+        )
+    return rows
+
+
+def rating_confirmation(report_id: int, score: float) -> str:
+    """The line shown after a rating is stored.
+
+    >>> rating_confirmation(3, 7)
+    'Rated report #3: 7/10. Thank you.'
+    """
+    return f"Rated report #{report_id}: {score:g}/10. Thank you."
 
 
 # ----------------------------------------------------------------------------------------------------
