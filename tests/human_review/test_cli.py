@@ -232,3 +232,41 @@ def test_market_advance_without_market_and_serve_without_app(
     ]
     assert review_cli.default_market_dir("sqlite:////x/y/review.db") == Path("/x/y/market")
     assert review_cli.default_market_dir("postgresql+psycopg://h/db") is None
+
+
+def test_reports_queue_list_rate_and_agreement(review: Review) -> None:
+    empty = review("reports", "agreement", user="bob")
+    assert empty.exit_code == 0, empty.output
+    assert "fewer than 2 reports are rated" in empty.stdout
+    assert "transferlab review rate report-<id> SCORE" in empty.stdout
+    queued = review("reports", "queue", "--tasks", "2", "--seed", "0", user="bob")
+    assert queued.exit_code == 0, queued.output
+    ids = [
+        int(line.split()[2].rstrip(":")) for line in queued.stdout.splitlines() if line.startswith("queued")
+    ]
+    assert len(ids) >= 3 and "by expert" in queued.stdout and "by random" in queued.stdout
+    listed = review("reports", "list", "--json", user="ada")
+    assert listed.exit_code == 0, listed.output
+    reports = json.loads(listed.stdout)
+    assert [r["id"] for r in reports] == ids
+    assert all(0.0 <= r["rubric_score"] <= 10.0 for r in reports)
+    for report in reports:  # a human who agrees with the rubric, one point more generous
+        score = str(min(10.0, report["rubric_score"] + 1.0))
+        assert review("rate", f"report-{report['id']}", score, user="bob").exit_code == 0
+    table = review("reports", "list", user="ada")
+    assert f"{len(ids)} report(s), {len(ids)} rated" in table.stdout
+    agreement = review("reports", "agreement", user="ada")
+    assert agreement.exit_code == 0, agreement.output
+    lines = agreement.stdout.splitlines()
+    assert lines[0].startswith("spearman ") and float(lines[0].split()[1]) > 0.9
+    assert lines[2] == f"n {len(ids)} rated report(s)"
+
+
+def test_reports_queue_refusals(review: Review) -> None:
+    review("users", "add", "vi", "--role", "viewer", user="ada", TRANSFERLAB_NEW_PASSWORD="pw-vi")
+    viewer = review("reports", "queue", "--tasks", "1", user="vi", password="pw-vi")
+    assert viewer.exit_code == 3 and "reviewer" in _one_error_line(viewer)
+    bad = review("reports", "queue", "--tasks", "0", user="bob")
+    assert bad.exit_code == 2 and "--tasks" in _one_error_line(bad)
+    no_password = review("reports", "list", user="bob", password="")
+    assert no_password.exit_code == 2 and "TRANSFERLAB_PASSWORD" in _one_error_line(no_password)
