@@ -138,3 +138,18 @@ def test_report_text_takes_only_final_reports() -> None:
     assert report_text('{"action": "generate_report", "text": ""}') is None
     assert report_text('{"action": "query_sales", "days": 30}') is None
     assert report_text("not json") is None
+
+
+def test_page_views_hide_the_rubric_and_keep_own_ratings(team: Any) -> None:
+    from transferlab.human_review import views
+
+    a, b = _add(team, 9.5), _add(team, 1.0, text="late deliveries")
+    card = views.report_card(team.svc.report(team.viewer, a))
+    assert card == {"heading": f"Report #{a} (ops-0001)", "question": QUESTION, "text": "a stock-out"}
+    team.svc.rate(team.reviewer, report_subject(a), 8, "right cause")
+    team.svc.rate(team.reviewer2, report_subject(b), 2)
+    team.svc.rate(team.reviewer, "suggestion-1", 5)
+    rows = views.own_rating_rows(team.svc.ratings(team.viewer), team.svc.reports(team.viewer), "rita")
+    assert [(r["report"], r["score"], r["comment"]) for r in rows] == [(a, 8.0, "right cause")]
+    assert views.pages_for("viewer") == ["queue", "suggestion", "executed", "audit", "results"]
+    assert views.pages_for("reviewer")[-1] == "reports"
