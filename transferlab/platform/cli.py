@@ -135,7 +135,9 @@ def compare(
     ops_result: Annotated[
         Path | None,
         typer.Option(
-            "--ops-result", help="Result JSON of an RL run on OpsAnalysis-v0 ('gain', 'cpu_hours')."
+            "--ops-result",
+            help="The transfer experiment's summary.json with the ops SFT + GRPO runs "
+            "(default: docs/results/transfer/summary.json).",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print result.json instead of the tables.")] = False,

@@ -21,11 +21,40 @@ from transferlab.platform.experiments.compare import (
 runner = CliRunner()
 
 
+def _iv(estimate: float, low: float, high: float) -> dict[str, float]:
+    return {"estimate": estimate, "low": low, "high": high, "level": 0.95, "n": 54}
+
+
+def _stage(success: float, query: float) -> dict[str, object]:
+    habits = {"query_before_concluding": _iv(query, 0, 1), "check_before_reporting": _iv(0.5, 0, 1)}
+    return {"success": _iv(success, 0.1, 0.5), "rubric": 4.0, "habits": habits}
+
+
+def transfer_summary() -> dict[str, object]:
+    """A hand-made transfer summary: scratch arm SFT 0.3 -> end 0.4, gain +0.1 over 0.5 CPU-hours."""
+    arm = {
+        "stages": {"sft": _stage(0.3, 0.6), "end": _stage(0.4, 0.8)},
+        "episodes_to_threshold": [0.0, 32.0, None],
+        "rl_gain": _iv(0.1, -0.05, 0.25),
+        "ops_cpu_hours": 0.5,
+        "nonflat_group_share": 0.7,
+    }
+    return {
+        "threshold": 0.3,
+        "arms": {"transfer": arm, "scratch": arm},
+        "transfer_minus_scratch": _iv(0, -1, 1),
+    }
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
     out = tmp_path_factory.mktemp("compare") / "run"
+    summary = out.parent / "summary.json"
+    summary.write_text(json.dumps(transfer_summary()))
     t0 = time.perf_counter()
-    result = runner.invoke(app, ["compare", "--preset", "test", "--out", str(out)])
+    result = runner.invoke(
+        app, ["compare", "--preset", "test", "--out", str(out), "--ops-result", str(summary)]
+    )
     assert result.exit_code == 0, result.output
     return out, result.stdout, time.perf_counter() - t0
 
@@ -59,15 +88,38 @@ def test_result_json_has_every_cell_with_how_it_was_measured(run: tuple[Path, st
     assert table["tool_use"]["coding"]["value"] == pytest.approx(13.9)
     assert data["questions"]["coding"]["trustworthy"]["value"] == 1.0
     assert data["questions"]["ops_analysis"]["trustworthy"]["value"] < 8.0
-    assert data["table"]["tool_use"]["ops_analysis"]["value"] is None
+    # the ops RL numbers come from the transfer summary's scratch arm
+    assert table["tool_use"]["ops_analysis"]["value"] == pytest.approx(10.0)
+    assert data["questions"]["ops_analysis"]["worth_cost"]["value"] == pytest.approx(20.0)
+    assert data["diagnosis"]["ops_analysis"]["basic"]["value"] == pytest.approx(0.3)
+    assert data["questions"]["ops_analysis"]["explore"]["value"] == pytest.approx(0.7)
+    assert [row["arm"] for row in data["transfer"]] == ["transfer", "scratch"]
+    assert data["transfer"][0]["episodes to 30%"] == "0, 32, never"
+    assert data["transfer"][0]["query_before_concluding (SFT -> end)"] == "0.60 -> 0.80"
 
 
 def test_report_is_written(run: tuple[Path, str, float]) -> None:
     out, _, _ = run
     md = (out / "report.md").read_text()
     assert "domain table" in md and "How each number was measured" in md
+    assert "The transfer experiment" in md and "0, 32, never" in md
     assert (out / "report.html").is_file() and (out / "figures" / "throughput.png").is_file()
     assert json.loads((out / "config.json").read_text())["replays"] == 3
+
+
+def test_ops_learning_without_a_transfer_summary_is_not_measured(tmp_path: Path) -> None:
+    from transferlab.platform.experiments.compare import CompareConfig, _ops_learned
+
+    learned = _ops_learned(CompareConfig(ops_result=str(tmp_path / "absent.json")))
+    assert not learned["gain"].measured and "transfer" in learned["gain"].how
+
+
+def test_a_file_that_is_not_a_transfer_summary_is_refused(tmp_path: Path) -> None:
+    from transferlab.platform.experiments.compare import CompareConfig, _ops_learned
+
+    (tmp_path / "x.json").write_text(json.dumps({"gain": 3}))
+    with pytest.raises(ValueError, match="not a transfer summary"):
+        _ops_learned(CompareConfig(ops_result=str(tmp_path / "x.json")))
 
 
 def test_unknown_preset_is_refused() -> None:

@@ -79,7 +79,9 @@ class CompareConfig(BaseConfig):
     )
     results_dir: str = Field(default="docs/results", description="Where the committed results are read from.")
     ops_result: str | None = Field(
-        default=None, description="Result JSON of an RL run on the ops env (keys 'gain' and 'cpu_hours')."
+        default=None,
+        description="The transfer experiment's summary.json (ops SFT + GRPO); default: "
+        "<results_dir>/transfer/summary.json.",
     )
 
 
@@ -129,6 +131,8 @@ class CompareResult:
     diagnosis: dict[str, dict[str, Measure]] = field(default_factory=dict)  # family -> layer -> Measure
     panel: dict[str, dict[str, float]] = field(default_factory=dict)
     throughput: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    transfer: list[dict[str, str]] = field(default_factory=list)  # one row per arm, from the summary
+    transfer_source: str = ""
     wall_s: float = 0.0
     run_dir: Path | None = None
 
@@ -143,6 +147,8 @@ class CompareResult:
             "diagnosis": conv(self.diagnosis),
             "panel": self.panel,
             "throughput": {k: {str(w): r for w, r in v.items()} for k, v in self.throughput.items()},
+            "transfer": self.transfer,
+            "transfer_source": self.transfer_source,
             "wall_s": self.wall_s,
         }
 
@@ -250,15 +256,100 @@ def measure_coding(config: CompareConfig, result: CompareResult, say: Progress) 
 # --------------------------------------------------------------------------------------------- ops
 
 
-def _ops_rl(path: str | None) -> tuple[Measure, Measure]:
-    if not path or not Path(path).is_file():
-        why = "not measured yet: no RL run on OpsAnalysis-v0 given (--ops-result)"
-        return not_measured(why), not_measured(why)
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    gain = float(data["gain"])
-    gain_m = Measure(gain, "pts", f"RL gain read from {path}")
-    cpu_h = float(data.get("cpu_hours", float("nan")))
-    return gain_m, Measure(m.per_cost(gain, cpu_h), "pts/CPU-h", f"RL gain over {cpu_h} CPU-hours, {path}")
+def _ops_summary(config: CompareConfig) -> tuple[dict[str, Any], str]:
+    """The transfer experiment's committed summary (its scratch arm is plain ops SFT + GRPO), or {}."""
+    path = Path(config.ops_result or Path(config.results_dir, "transfer", "summary.json"))
+    if not path.is_file():
+        return {}, str(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "arms" not in data or "scratch" not in data["arms"]:
+        raise ValueError(
+            f"{path} is not a transfer summary (no arms.scratch): pass the summary.json that "
+            "`python -m transferlab.platform.experiments.transfer --report-dir DIR` writes"
+        )
+    return data, str(path)
+
+
+def _ops_learned(config: CompareConfig) -> dict[str, Measure]:
+    """RL gain, its cost, SFT success and GRPO's non-flat groups, from the transfer experiment's summary."""
+    data, src = _ops_summary(config)
+    row = data.get("arms", {}).get("scratch", {})
+    if "rl_gain" not in row:
+        gone = not_measured(
+            f"no RL run on OpsAnalysis-v0 in {src}: run "
+            "`python -m transferlab.platform.experiments.transfer --report-dir docs/results/transfer`"
+        )
+        return {"gain": gone, "worth": gone, "sft": gone, "explore": gone}
+    g = row["rl_gain"]
+    seeds = len(row.get("episodes_to_threshold", []))
+    gain = Measure(
+        100 * g["estimate"],
+        "pts",
+        f"GRPO - SFT held-out success of the from-scratch ops policy, {seeds} seeds (95% CI "
+        f"[{100 * g['low']:+.1f}, {100 * g['high']:+.1f}] pts; {src})",
+        {"low": 100 * g["low"], "high": 100 * g["high"]},
+    )
+    cpu_h = float(row.get("ops_cpu_hours", float("nan")))
+    worth = Measure(
+        m.per_cost(100 * g["estimate"], cpu_h),
+        "pts/CPU-h",
+        f"GRPO gain {100 * g['estimate']:+.1f} pts over {cpu_h:.2f} CPU-hours of ops SFT + GRPO ({src})",
+    )
+    sft = row["stages"]["sft"]["success"]
+    basic = Measure(
+        sft["estimate"],
+        "success",
+        f"ops SFT held-out success (rubric >= 8), 95% CI [{sft['low']:.2f}, {sft['high']:.2f}] ({src})",
+        {"low": sft["low"], "high": sft["high"]},
+    )
+    explore = (
+        Measure(
+            row["nonflat_group_share"],
+            "non-flat",
+            f"share of the ops GRPO run's groups with non-zero reward variance (dense rewards; {src})",
+        )
+        if "nonflat_group_share" in row
+        else not_measured(f"no GRPO group statistics in {src}")
+    )
+    return {"gain": gain, "worth": worth, "sft": basic, "explore": explore}
+
+
+def _ci(d: Mapping[str, Any], fmt: str = ".2f") -> str:
+    return f"{format(d['estimate'], fmt)} [{format(d['low'], fmt)}, {format(d['high'], fmt)}]"
+
+
+def transfer_rows(summary: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The transfer experiment per arm: success after SFT and at the end, GRPO's gain, episodes to the
+    threshold per seed, and the two ops habits after SFT and at the end (95% intervals)."""
+    rows = []
+    for arm, row in summary.get("arms", {}).items():
+        st = row["stages"]
+        eps = ", ".join("never" if e is None else f"{e:.0f}" for e in row["episodes_to_threshold"])
+        out = {
+            "arm": arm,
+            "SFT success": _ci(st["sft"]["success"]) if "sft" in st else "—",
+            "end success": _ci(st["end"]["success"]) if "end" in st else "—",
+            "GRPO gain": _ci(row["rl_gain"], "+.2f") if "rl_gain" in row else "—",
+            f"episodes to {summary.get('threshold', 0):.0%}": eps,
+        }
+        for habit in ("query_before_concluding", "check_before_reporting"):
+            if "sft" in st and "end" in st:
+                before, after = st["sft"]["habits"][habit], st["end"]["habits"][habit]
+                out[f"{habit} (SFT -> end)"] = f"{before['estimate']:.2f} -> {after['estimate']:.2f}"
+            else:
+                out[f"{habit} (SFT -> end)"] = "—"
+        rows.append(out)
+    return rows
+
+
+def measure_transfer(config: CompareConfig, result: CompareResult, say: Progress) -> None:
+    """Read the transfer experiment's committed summary into ``result.transfer``."""
+    say("transfer: committed summary")
+    data, src = _ops_summary(config)
+    result.transfer, result.transfer_source = transfer_rows(data), src
+    if data and "transfer_minus_scratch" in data:
+        diff = _ci(data["transfer_minus_scratch"], "+.2f")
+        result.transfer_source = f"{src}; transfer - scratch at the end: {diff}"
 
 
 def measure_ops(config: CompareConfig, result: CompareResult, say: Progress) -> Section:
@@ -292,12 +383,15 @@ def measure_ops(config: CompareConfig, result: CompareResult, say: Progress) -> 
     probes = m.ops_probes(ids[0])
     groups = m.ops_groups(ids, config.group_size)
     share = m.nonflat_share(groups)
-    explore = Measure(
-        share,
-        "non-flat",
-        f"{len(groups)} groups of {config.group_size} random-agent episodes per task (sparse reward: the "
-        "report score); share with non-zero variance (no trained ops policy yet)",
-    )
+    learned = _ops_learned(config)
+    explore = learned["explore"]
+    if not explore.measured:
+        explore = Measure(
+            share,
+            "non-flat",
+            f"{len(groups)} groups of {config.group_size} random-agent episodes per task (sparse reward: "
+            "the report score); share with non-zero variance (no trained ops policy found)",
+        )
     rand = [m.ops_episode(t, RandomAgent(seed=7 + i)) for i, t in enumerate(ids)]
     calls = [o for ep in rand for o in ep["observations"][1:]]
     valid = sum(not o.startswith("tool error") for o in calls) / max(len(calls), 1)
@@ -311,12 +405,14 @@ def measure_ops(config: CompareConfig, result: CompareResult, say: Progress) -> 
         f"tasks the scripted expert failed (missing information): {success.count(False)} of {len(success)}",
         {"expert_valid_tool_calls": expert_valid, "expert_failed": success.count(False)},
     )
-    basic = Measure(
-        float(np.mean(success)),
-        "success",
-        f"scripted expert success (report >= 8/10) on {len(ids)} tasks (no SFT yet)",
-    )
-    gain, worth = _ops_rl(config.ops_result)
+    basic = learned["sft"]
+    if not basic.measured:
+        basic = Measure(
+            float(np.mean(success)),
+            "success",
+            f"scripted expert success (report >= 8/10) on {len(ids)} tasks (no SFT run found)",
+        )
+    gain, worth = learned["gain"], learned["worth"]
     return {
         "table": {
             "determinism": det,
@@ -578,6 +674,7 @@ def run_compare(config: CompareConfig, out_dir: Path, progress: Progress | None 
     }
     sections.update(measure_campaign(config, result, say))
     sections["campaign_offline"] = measure_offline(config, sections["market"]["table"], say)
+    measure_transfer(config, result, say)
     result.table = {p: {f: sections[f]["table"][p] for f in FAMILIES} for p in PROPERTIES}
     result.questions = {f: sections[f]["questions"] for f in QUESTION_FAMILIES}
     result.diagnosis = {f: sections[f]["diagnosis"] for f in QUESTION_FAMILIES}
@@ -623,7 +720,10 @@ def table_text(result: CompareResult) -> str:
     layers = [
         {"layer": LAYERS[k], **{f: result.diagnosis[f][k].cell() for f in QUESTION_FAMILIES}} for k in LAYERS
     ]
-    return "\n\n".join([_text_table(table_rows(result)), _text_table(questions), _text_table(layers)])
+    parts = [_text_table(table_rows(result)), _text_table(questions), _text_table(layers)]
+    if result.transfer:
+        parts.append(f"transfer coding -> ops ({result.transfer_source})\n" + _text_table(result.transfer))
+    return "\n\n".join(parts)
 
 
 def _how(rows: Mapping[str, Mapping[str, Measure]], names: Mapping[str, str]) -> list[str]:
@@ -694,6 +794,15 @@ def write_report(result: CompareResult, out: Path) -> Any:
             for k in LAYERS
         ]
     )
+    report.heading("The transfer experiment: coding-pretrained vs from scratch on ops")
+    if result.transfer:
+        report.table(result.transfer)
+        report.paragraph(
+            f"From {result.transfer_source} (held-out success = rubric >= 8; 95% bootstrap intervals; "
+            "the full report with curves is docs/results/transfer/report.md)."
+        )
+    else:
+        report.paragraph(f"Not run: no transfer summary at {result.transfer_source}.")
     report.figure(
         _throughput_figure(result), "throughput", "Episodes per second on 1 and 2 workers (log scale)."
     )

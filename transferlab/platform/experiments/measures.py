@@ -43,9 +43,14 @@ class Measure:
     how: str
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def measured(self) -> bool:
+        """Whether there is a number (not None, not NaN)."""
+        return not (self.value is None or (isinstance(self.value, float) and math.isnan(self.value)))
+
     def cell(self, fmt: str = ".3g") -> str:
         """Short text for a table cell: ``"0 s"``, ``"not measured"``."""
-        if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
+        if not self.measured:
             return "not measured"
         return f"{format(self.value, fmt)} {self.unit}".strip()
 
