@@ -177,6 +177,19 @@ def test_demo_queues_suggestions_for_review(demo_run: tuple[DemoResult, str]) ->
     assert service.authenticate("reviewer", "demo-reviewer").role == "reviewer"
 
 
+def test_demo_ends_with_the_comparison_and_both_paths(demo_run: tuple[DemoResult, str]) -> None:
+    result, output = demo_run
+    section = result.summaries["compare: coding vs ecommerce, measured (transferlab compare --preset quick)"]
+    report = Path(section["report"])
+    assert report.is_file() and report.parent == result.run_dir / "artifacts" / "compare"
+    assert section["ops_scores"]["expert"] > section["ops_scores"]["random"]
+    assert "环境确定性 determinism" in output
+    tail = output[output.rindex("next") :]
+    assert f"comparison report: {report}" in tail and "review app: TRANSFERLAB_PASSWORD=" in tail
+    review = result.summaries["review: suggestions from the trained policies, queued for people"]
+    assert len(review["reports"]) == 4 and "Rate reports" in output
+
+
 def test_demo_runs_the_agents(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     agents = result.summaries["coding: scripted agents in CodeRepair-v0"]
@@ -247,6 +260,7 @@ def test_the_default_sections() -> None:
         "ecommerce: logs, a simulator learned from them, a policy trained in it",
         "ecommerce: offline RL from the logs, judged by OPE and in the world",
         "review: suggestions from the trained policies, queued for people",
+        "compare: coding vs ecommerce, measured (transferlab compare --preset quick)",
     ]
 
 

@@ -16,6 +16,13 @@ Sections so far:
    split, and replays seed 000's calculator story (early attempt negative, expert workflow +35.5).
 3. ``coding: a tiny policy trained with SFT then GRPO``: a from-scratch policy and tokenizer, SFT on
    toy code tasks, a few GRPO steps with rewards from the sandbox, held-out success before and after.
+4. ``ecommerce: logs, a simulator learned from them, a policy trained in it``.
+5. ``ecommerce: offline RL from the logs``: d3rlpy learners valued by OPE (with coverage) and in the
+   world.
+6. ``review``: suggestions from the trained policies and ops reports to rate, queued in a review
+   database, with the command that opens the review app on it.
+7. ``compare``: the scripted agents in OpsAnalysis-v0, then ``transferlab compare --preset quick``;
+   it prints the measured table and where the report is. The demo ends with both paths.
 """
 
 from __future__ import annotations
@@ -69,6 +76,9 @@ class DemoConfig(BaseConfig):
         "subprocess and records that in the section summary.",
     )
     runs_root: Path = Field(default=Path("runs"), description="Root directory of the run store.")
+    compare_preset: Literal["test", "quick"] = Field(
+        default="quick", description="`transferlab compare` preset of the last section (test: seconds)."
+    )
 
 
 @dataclass
@@ -469,6 +479,8 @@ def ecommerce_offline(ctx: DemoContext) -> dict[str, Any]:
 DEMO_REVIEW_USERS = {"admin": ("admin", "demo-admin"), "reviewer": ("reviewer", "demo-reviewer")}
 """Demo accounts of the review database: name -> (role, password). Demo passwords, printed on purpose."""
 DEMO_REVIEW_SUGGESTIONS = 3
+DEMO_RATING_TASKS = 2
+"""Held-out ops tasks whose expert and random reports the demo queues for rating (4 reports)."""
 
 
 def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
@@ -478,6 +490,7 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
 
     from transferlab.human_review.market import MarketGateway
     from transferlab.human_review.propose import propose
+    from transferlab.human_review.reports import queue_ops_reports
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
 
@@ -513,6 +526,7 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
             n=DEMO_REVIEW_SUGGESTIONS,
             market_dir=out / "market",
         )
+    reports = queue_ops_reports(service, proposer, n_tasks=DEMO_RATING_TASKS)
     views = service.list(admin)
     pending = service.pending_count(admin)
     table = Table(title=f"review queue: {pending} pending (market day {market.day()})", title_justify="left")
@@ -534,10 +548,15 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
     risks = {r: sum(v.risk == r for v in views) for r in ("low", "medium", "high")}
     serve = f"TRANSFERLAB_PASSWORD={admin_pw} transferlab review serve --db {url}"
     worker = f"TRANSFERLAB_PASSWORD={admin_pw} transferlab review worker --once --db {url} --user admin"
+    agreement = (
+        f"TRANSFERLAB_PASSWORD={reviewer_pw} transferlab review reports agreement --db {url} --user reviewer"
+    )
     ctx.console.print(
         f"accounts: admin / {admin_pw} (admin), reviewer / {reviewer_pw} (reviewer, proposed these)\n"
         f"open the review app on them:\n  {serve}\n"
-        f"then execute what you approved:\n  {worker}",
+        f"then execute what you approved:\n  {worker}\n"
+        f"{len(reports)} ops analysis reports wait on the 'Rate reports' page (0-10); how the rubric "
+        f"agrees with your ratings:\n  {agreement}",
         highlight=False,
         soft_wrap=True,
     )
@@ -550,10 +569,41 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
         "market_day": market.day(),
         "pending": pending,
         "queued": queued,
+        "reports": reports,
         "risk": risks,
         "users": {name: role for name, (role, _) in DEMO_REVIEW_USERS.items()},
         "serve": serve,
     }
+
+
+def comparison(ctx: DemoContext) -> dict[str, Any]:
+    """Seed 000's coding-vs-ecommerce table measured (``transferlab compare``, the ``quick`` preset),
+    after the scripted agents on a few held-out OpsAnalysis-v0 tasks."""
+    from transferlab.platform.experiments import measures
+    from transferlab.platform.experiments.compare import PRESETS, run_compare, table_text
+    from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent
+
+    agents = {"expert": ExpertAgent(), "naive": NaiveAgent(), "random": RandomAgent(seed=0)}
+    ops: dict[str, float] = {}
+    for name, agent in agents.items():
+        episodes = [measures.ops_episode(t, agent) for t in measures.ops_task_ids(3, "held_out")]
+        ops[name] = sum(float(e["info"].get("report_score", 0.0)) for e in episodes) / len(episodes)
+    ctx.console.print(
+        "OpsAnalysis-v0, mean rubric score (0-10) of the report on 3 held-out tasks: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in ops.items()),
+        highlight=False,
+    )
+    out = ctx.run.dir / "artifacts" / "compare"
+    result = run_compare(
+        PRESETS[ctx.config.compare_preset],
+        out,
+        progress=lambda msg: ctx.console.print(f"  ... {msg}", highlight=False),
+    )
+    ctx.console.print(table_text(result), highlight=False, soft_wrap=True)
+    ctx.run.logger.log(0, {f"demo/compare/ops_{k}_score": v for k, v in ops.items()})
+    report = out / "report.md"
+    ctx.console.print(f"report: {report} and {out / 'report.html'}", highlight=False)
+    return {"ops_scores": ops, "report": str(report), "seconds": result.wall_s}
 
 
 SECTIONS: list[DemoSection] = [
@@ -565,10 +615,24 @@ SECTIONS: list[DemoSection] = [
     ),
     DemoSection("ecommerce: offline RL from the logs, judged by OPE and in the world", ecommerce_offline),
     DemoSection("review: suggestions from the trained policies, queued for people", ecommerce_review),
+    DemoSection("compare: coding vs ecommerce, measured (transferlab compare --preset quick)", comparison),
 ]
 
 
 # --------------------------------------------------------------------------- the job
+
+
+def _next_steps(result: DemoResult, console: Console) -> None:
+    """The two things to look at after the demo: the comparison's report and the review app."""
+    lines = [
+        f"{label}: {value}"
+        for summary in result.summaries.values()
+        for key, label in (("report", "comparison report"), ("serve", "review app"))
+        if isinstance(value := summary.get(key), str)
+    ]
+    if lines:
+        console.rule("[bold]next")
+        console.print("\n".join(lines), highlight=False, soft_wrap=True)
 
 
 def run_demo(
@@ -594,6 +658,7 @@ def run_demo(
                 DemoContext(config=config, console=console, run=run)
             )
         run.write_artifact_json("summary.json", result.summaries)
+    _next_steps(result, console)
     status = "finished" if result.ok else "finished, with sandbox failures"
     console.print(f"run directory: {run.dir} ({status})", highlight=False)
     return result
