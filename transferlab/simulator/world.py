@@ -197,6 +197,8 @@ class MarketWorld:
         self.expected_daily_demand = self.customers.rate.sum() * self.config.rate_scale * share
         self.stock = np.ceil(self.config.stock_days * self.expected_daily_demand) + 1
         self.on_order = np.zeros(K, dtype=bool)
+        self.season_amplitude, self.season_peak = _per_category(self.config.category_seasonality)
+        self.carrier_late, self.carrier_extra_days = _per_category(self.config.category_carrier_delay)
         self.campaigns: list[CampaignRecord] = []
         self.events = _EventLog()
         self.truth: list[dict[str, Any]] = []  # hidden causes (competitor cuts, stock-outs), for analysis
@@ -258,6 +260,12 @@ class MarketWorld:
             state[f"stock_days_{name}"] = float(cover[k])
             state[f"competitor_{name}"] = float(self.competitor[k])
         return state
+
+    def yearly_season(self, day: int) -> np.ndarray | None:
+        """Each category's yearly demand factor on ``day`` (``category_seasonality``); None when off."""
+        if not self.season_amplitude.any():
+            return None
+        return 1.0 + self.season_amplitude * np.cos(2 * math.pi * (day - self.season_peak) / 365.0)
 
     def event_frame(self) -> pd.DataFrame:
         """Every customer event so far (push, purchase, delivery, return, complaint, reactivation)."""
@@ -354,6 +362,10 @@ class MarketWorld:
             "expected_daily_demand",
             "stock",
             "on_order",
+            "season_amplitude",
+            "season_peak",
+            "carrier_late",
+            "carrier_extra_days",
         ):
             setattr(new, name, getattr(self, name).copy())
         new.campaigns = copy.deepcopy(self.campaigns)
@@ -484,6 +496,9 @@ class MarketWorld:
         price_term = (self._cat_exp @ (drift * rival)) / (self._cat_exp @ drift)
         day_scale = WEEKLY_SEASON[weekday] * shock
         rate = self._base_rate * day_scale * price_term**self._sens3
+        season = self.yearly_season(d)
+        if season is not None:  # the customer's own mix of the categories' yearly factors
+            rate = rate * (self._cat_exp @ (drift * season)) / (self._cat_exp @ drift)
         promo_on = c.promo_left > 0
         on = np.flatnonzero(promo_on)
         strength = c.promo_strength[on]
@@ -492,7 +507,8 @@ class MarketWorld:
         rate *= -np.expm1(-(d - c.last_purchase) / max(cfg.pull_forward_days, 1e-9))  # recency
         p = -np.expm1(-rate)
         buyers = np.flatnonzero(c.alive & (rng.random(c.n) < p))
-        self._orders(buyers, _softmax(c.cat_logits[buyers] + self.trend), promo_on[buyers])
+        prefs = _softmax(c.cat_logits[buyers] + self.trend)
+        self._orders(buyers, prefs if season is None else prefs * season, promo_on[buyers])
         self._decay_promos(promo_on)
         self._lifecycle()
         self._replenish_check()
@@ -572,10 +588,15 @@ class MarketWorld:
         rng, d = self.rng, self.day
         n = len(ids)
         congestion = max(0.0, self._today.orders / max(self.expected_daily_demand.sum(), 1e-9) - 2.0)
-        carrier_late = rng.random(n) < 0.03 + 0.02 * congestion
+        p_late: float | np.ndarray = 0.03 + 0.02 * congestion
+        extra_days: int | np.ndarray = 4
+        if self.carrier_late.any() or self.carrier_extra_days.any():  # a category's carrier is in trouble
+            p_late = p_late + self.carrier_late[cat]
+            extra_days = extra_days + self.carrier_extra_days[cat]
+        carrier_late = rng.random(n) < p_late
         delay = 2 + rng.geometric(0.6, n) + np.where(backorder, rng.integers(5, 13, n), 0)
         late = backorder | carrier_late
-        delay = np.where(carrier_late & ~backorder, delay + 4, delay)
+        delay = np.where(carrier_late & ~backorder, delay + extra_days, delay)
         for dd in np.unique(delay):
             sel = delay == dd
             self._at(
@@ -607,6 +628,8 @@ class MarketWorld:
         self._today.late_deliveries += int(late.sum())
         self._book(campaign[late], "late_deliveries", np.ones(int(late.sum())))
         c.unhappy[late_ids] += 1.0
+        if cfg.late_delivery_aversion > 0 and len(late_ids):
+            self._avert(late_ids, cat[late])
         complain = late & (rng.random(len(ids)) < COMPLAINT_IF_LATE)
         self.events.add(
             self.env.now, "complaint", ids[complain], campaign=campaign[complain], category=cat[complain]
@@ -623,6 +646,14 @@ class MarketWorld:
             self._at(
                 self.day + int(w) + 0.5, self._return, ids[sel], cat[sel], paid[sel], cogs[sel], campaign[sel]
             )
+
+    def _avert(self, ids: np.ndarray, cat: np.ndarray) -> None:
+        """Customers whose order of a category came late like that category less (repeat orders fall)."""
+        c = self.customers
+        np.add.at(c.cat_logits, (ids, cat), -self.config.late_delivery_aversion)
+        rows = np.unique(ids)
+        logits = c.cat_logits[rows]
+        self._cat_exp[rows] = np.exp(logits - logits.max(axis=1, keepdims=True))
 
     def _return(
         self, ids: np.ndarray, cat: np.ndarray, paid: np.ndarray, cogs: np.ndarray, campaign: np.ndarray
@@ -678,6 +709,14 @@ class MarketWorld:
     def _receive(self, k: int, qty: int) -> None:
         self.stock[k] += qty
         self.on_order[k] = False
+
+
+def _per_category(table: dict[str, tuple[float, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """A ``category -> (value, integer)`` config table as two arrays in CATEGORIES order (zeros: off)."""
+    values, ints = np.zeros(K), np.zeros(K, dtype=np.int64)
+    for name, (value, n) in table.items():
+        values[CATEGORIES.index(name)], ints[CATEGORIES.index(name)] = value, n
+    return values, ints
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

@@ -9,13 +9,15 @@ baseline purchase timing and spend are real ones; the product never needs ../sha
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from transferlab.platform.config import BaseConfig
+from transferlab.simulator.market import CATEGORIES
 
 PRIOR_RESOURCE = "cdnow_prior.json"
 
@@ -126,3 +128,53 @@ class WorldConfig(BaseConfig):
         le=2,
         description="Day-level demand shock sd (the same action never gives the same result).",
     )
+    category_seasonality: dict[str, tuple[float, int]] = Field(
+        default_factory=dict,
+        description="Yearly demand cycle per category: category -> (amplitude, peak day of year). The "
+        "category's purchase rate is multiplied by 1 + amplitude * cos(2 pi (day - peak) / 365), day 0 "
+        "being day 0 of the year; amplitude in [0, 0.9]. Empty (default): no yearly cycle, only the "
+        "weekly one shared by every category.",
+    )
+    category_carrier_delay: dict[str, tuple[float, int]] = Field(
+        default_factory=dict,
+        description="Carrier trouble per category from day 0: category -> (extra late-delivery "
+        "probability in [0, 1], extra days late >= 0). Late orders take the world's lateness path "
+        "(complaints, returns, unhappy customers who drop out sooner). Empty (default): every category "
+        "has the shop-wide carrier lateness. A scenario may change it between days through "
+        "MarketWorld.carrier_late / carrier_extra_days.",
+    )
+    late_delivery_aversion: float = Field(
+        0.0,
+        ge=0,
+        le=5,
+        description="Drop in a customer's preference logit for a category each time an order of it "
+        "arrives late: repeat purchases of a category with late deliveries fall (0, the default: "
+        "lateness only brings complaints, returns and earlier dropout).",
+    )
+
+    @field_validator("category_seasonality")
+    @classmethod
+    def _check_seasonality(cls, value: dict[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
+        for name, (amplitude, peak) in value.items():
+            _check_category(name)
+            if not 0.0 <= amplitude <= 0.9 or not math.isfinite(amplitude):
+                raise ValueError(f"seasonal amplitude of {name!r} is {amplitude}; use a value in [0, 0.9]")
+            if not 0 <= peak < 365:
+                raise ValueError(f"peak day of {name!r} is {peak}; use a day of year in [0, 364]")
+        return value
+
+    @field_validator("category_carrier_delay")
+    @classmethod
+    def _check_carrier_delay(cls, value: dict[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
+        for name, (extra_p, extra_days) in value.items():
+            _check_category(name)
+            if not 0.0 <= extra_p <= 1.0:
+                raise ValueError(f"extra late probability of {name!r} is {extra_p}; use a value in [0, 1]")
+            if extra_days < 0:
+                raise ValueError(f"extra days late of {name!r} is {extra_days}; use 0 or more")
+        return value
+
+
+def _check_category(name: str) -> None:
+    if name not in CATEGORIES:
+        raise ValueError(f"unknown category {name!r}; use one of {', '.join(CATEGORIES)}")

@@ -221,6 +221,7 @@ class ExpertAgent:
         cat, self.step = self.category, self.step + 1
         plan = [
             call("query_sales_data", category=cat, time="last 30 days"),
+            call("query_sales_data", category=cat, time="last 30 days", compare="last_year"),
             call("analyze_user_feedback", filter="negative", category=cat),
             call("check_inventory", category=cat),
             call("competitor_analysis", category=cat),
@@ -266,9 +267,51 @@ class ExpertAgent:
             )
         else:
             lines.append("No campaign explains it.")
+        found = self._shipping(lines, stock_out=num("stock_out_days") >= 5) or found
+        if not found:
+            found = self._seasonality(lines)
+        else:
+            lines.append(
+                "Seasonality is not the cause "
+                f"(same window last year: {num('last_year_orders_change_pct')}%)."
+            )
         if not found:
             lines.append("The cause is unclear from the data.")
         return " ".join(lines)
+
+    def _num(self, key: str, default: float = 0.0) -> float:
+        return float(self.fields.get(key, default))
+
+    def _shipping(self, lines: list[str], stock_out: bool) -> bool:
+        """Late deliveries without a stock-out: the category's carrier is late."""
+        n = self._num
+        if stock_out:  # backorders explain the late deliveries (already reported)
+            return False
+        if n("late_delivery_rate_pct") >= 15:
+            lines.append(
+                f"Cause: shipping delays. {int(n('late_deliveries'))} late deliveries in the last 30 "
+                f"days ({n('late_delivery_rate_pct')}% of deliveries; {n('late_delivery_rate_pct_prev')}% "
+                f"in the 30 days before) and {int(n('delivery_complaints'))} complaints about delivery; "
+                f"customers whose orders came late bought {self.category} again less."
+            )
+            return True
+        lines.append(f"Deliveries were not late: late delivery rate {n('late_delivery_rate_pct')}%.")
+        return False
+
+    def _seasonality(self, lines: list[str]) -> bool:
+        """Nothing else changed and the same window last year dipped too: a seasonal dip."""
+        n = self._num
+        if n("last_year_orders_change_pct") <= -5:
+            lines.append(
+                f"Cause: seasonality. The same 30 days last year dipped too: orders changed "
+                f"{n('last_year_orders_change_pct')}% ({int(n('last_year_orders'))} orders vs "
+                f"{int(n('last_year_orders_prev'))} in the 30 days before), a yearly low of {self.category}."
+            )
+            return True
+        lines.append(
+            f"Seasonality is not the cause (same window last year: {n('last_year_orders_change_pct')}%)."
+        )
+        return False
 
 
 class NaiveAgent:

@@ -6,9 +6,12 @@ in the coding environment's form, ``{"action": "<tool>", "<arg>": "<string>", ..
 =======================  ===================================  =========================================
 tool                     arguments                            returns
 =======================  ===================================  =========================================
-query_sales_data         category; window or time (optional)  orders, GMV, change vs the window before,
-                                                              weekly orders
-analyze_user_feedback    filter, category (both optional)     complaints, returns, late deliveries
+query_sales_data         category; window or time, compare    orders, GMV, change vs the window before,
+                         (all optional)                       weekly orders; ``compare: last_year``
+                                                              adds the same windows a year earlier
+analyze_user_feedback    filter, category (both optional)     complaints, returns, late deliveries,
+                                                              delivery complaints (per category
+                                                              when no category is given)
 check_inventory          category                             stock cover now, stock-out days
 competitor_analysis      category or platform                 competitor price index, change, cut days
 campaign_analysis        category (optional)                  campaigns: discount, orders, margin
@@ -16,7 +19,8 @@ generate_report          text                                 ends the episode
 =======================  ===================================  =========================================
 
 Windows accept ``"last 30 days"``, ``"30d"``, ``"4 weeks"`` or ``"近30天"``; categories accept the
-English names and ``女装``/``男装``/``鞋``/``配饰``. Bad arguments raise :class:`ToolError`, which the
+English names and ``女装``/``男装``/``鞋``/``配饰``; ``compare`` accepts ``"previous"`` (the default) and
+``"last_year"`` (``"yoy"``, ``"去年"``, ``"同比"``). Bad arguments raise :class:`ToolError`, which the
 environment turns into an error observation. Results are ``key: value`` lines (see :func:`parse_fields`).
 """
 
@@ -32,7 +36,7 @@ from transferlab.simulator.market import CATEGORIES
 from transferlab.simulator.ops.scenarios import Scenario, campaign_summary, window_sales
 
 TOOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # name: (required, optional)
-    "query_sales_data": (("category",), ("window", "time")),
+    "query_sales_data": (("category",), ("window", "time", "compare")),
     "analyze_user_feedback": ((), ("filter", "category", "window", "time")),
     "check_inventory": (("category",), ("window", "time")),
     "competitor_analysis": ((), ("category", "platform", "window", "time")),
@@ -53,6 +57,9 @@ CATEGORY_ALIASES: dict[str, str] = {
     "shoe": "shoes", "鞋": "shoes", "鞋类": "shoes", "鞋子": "shoes",
     "accessory": "accessories", "配饰": "accessories",
 }  # fmt: skip
+COMPARE_LAST_YEAR = ("last_year", "last year", "yoy", "year over year", "去年", "同比", "去年同期")
+COMPARE_PREVIOUS = ("previous", "prev", "window before", "环比", "上期")
+YEAR = 365
 NEGATIVE_FILTERS = ("negative", "complaint", "complaints", "bad", "差评", "投诉", "负面")
 
 
@@ -85,6 +92,16 @@ def parse_window(text: str | None, default: int = 30) -> int:
     return days
 
 
+def parse_compare(text: str | None) -> bool:
+    """True for a last-year comparison (``"last_year"``, ``"yoy"``, ``"去年"``), False for the default."""
+    name = (text or "previous").strip().lower().replace("-", "_")
+    if name in COMPARE_LAST_YEAR or name.replace("_", " ") in COMPARE_LAST_YEAR:
+        return True
+    if name in COMPARE_PREVIOUS or not name:
+        return False
+    raise ToolError(f"unknown compare {text!r}; use 'previous' (the window before) or 'last_year'")
+
+
 def parse_category(text: str | None) -> str:
     """A category name (English or Chinese alias); ToolError otherwise."""
     name = (text or "").strip().lower()
@@ -105,7 +122,10 @@ class DataPlatform:
         a = call.args
         window = parse_window(a.get("window", a.get("time")))
         if call.action == "query_sales_data":
-            return self.query_sales_data(parse_category(a["category"]), window)
+            sales_cat = parse_category(a["category"])
+            if parse_compare(a.get("compare")):
+                return self.sales_vs_last_year(sales_cat, window)
+            return self.query_sales_data(sales_cat, window)
         if call.action == "analyze_user_feedback":
             cat = parse_category(a["category"]) if "category" in a else None
             return self.analyze_user_feedback(a.get("filter", "all"), cat, window)
@@ -140,6 +160,31 @@ class DataPlatform:
             weekly_orders=" ".join(str(int(v)) for v in weeks.to_numpy()),
         )
 
+    def sales_vs_last_year(self, category: str, window: int) -> str:
+        """This window and the one before, and the same two windows a year earlier."""
+        if self.days < YEAR + 2 * window:
+            raise ToolError(
+                f"the platform holds {self.days} days of sales; comparing {window} days with last year "
+                f"needs {YEAR + 2 * window}"
+            )
+        now = window_sales(self.s.events, category, self.days, window)
+        last = window_sales(self.s.events, category, self.days - YEAR, window)
+        return _lines(
+            f"sales of {category}, last {window} days and the same {window} days last year "
+            f"(each vs the {window} days before it)",
+            orders=int(now["orders"]),
+            orders_prev=int(now["orders_prev"]),
+            orders_change_pct=now["orders_change_pct"],
+            gmv_change_pct=now["gmv_change_pct"],
+            last_year_orders=int(last["orders"]),
+            last_year_orders_prev=int(last["orders_prev"]),
+            last_year_orders_change_pct=last["orders_change_pct"],
+            last_year_gmv_change_pct=last["gmv_change_pct"],
+            orders_vs_last_year_pct=round(100.0 * (now["orders"] / last["orders"] - 1.0), 1)
+            if last["orders"] > 0
+            else 0.0,
+        )
+
     def analyze_user_feedback(self, filter: str, category: str | None, window: int) -> str:
         f = filter.strip().lower()
         if f not in (*NEGATIVE_FILTERS, "all", "returns", "退货", "late", "物流"):
@@ -157,8 +202,18 @@ class DataPlatform:
             ("return", "returns"),
         ):
             fields[key], fields[f"{key}_prev"] = count(ev, kind), count(prev, kind)
-        delivered = max(count(ev, "delivery"), 1)
-        fields["late_delivery_rate_pct"] = round(100 * fields["late_deliveries"] / delivered, 1)
+        # every complaint in the shop's logs is about an order that arrived late
+        fields["delivery_complaints"], fields["delivery_complaints_prev"] = (
+            fields["complaints"],
+            fields["complaints_prev"],
+        )
+        fields["late_delivery_rate_pct"] = _rate(fields["late_deliveries"], count(ev, "delivery"))
+        fields["late_delivery_rate_pct_prev"] = _rate(fields["late_deliveries_prev"], count(prev, "delivery"))
+        if category is None:
+            for k, name in enumerate(CATEGORIES):
+                mine = ev[ev["category"] == k]
+                fields[f"{name}_late_deliveries"] = count(mine, "late_delivery")
+                fields[f"{name}_delivery_complaints"] = count(mine, "complaint")
         return _lines(
             f"customer feedback ({f}) for {category or 'all categories'}, last {window} days", **fields
         )
@@ -218,6 +273,10 @@ class DataPlatform:
         lo = self.days - (2 if before else 1) * window
         ev = ev[(ev["day"] >= lo) & (ev["day"] < lo + window)]
         return ev if category is None else ev[ev["category"] == CATEGORIES.index(category)]
+
+
+def _rate(part: int, whole: int) -> float:
+    return round(100 * part / max(whole, 1), 1)
 
 
 def _lines(title: str, **fields: Any) -> str:

@@ -47,14 +47,22 @@ from transferlab.simulator.market import CATEGORIES, CampaignAction
 from transferlab.simulator.world import COST_RATIO, MarketWorld
 from transferlab.simulator.world_config import WorldConfig
 
-FAMILIES: tuple[str, ...] = ("stock_out", "competitor_price_cut", "failed_campaign")
-DROPPED_FAMILIES: dict[str, str] = {
-    "seasonality": "the world has only a weekly cycle, the same in every category",
-    "shipping_delays": "category-level late deliveries only come from backorders (the stock_out family)",
-}
+FAMILIES: tuple[str, ...] = (
+    "stock_out",
+    "competitor_price_cut",
+    "failed_campaign",
+    "shipping_delays",
+    "seasonality",
+)
+#: Families the world cannot express yet (none since the world's per-category seasonality and carrier delay).
+DROPPED_FAMILIES: dict[str, str] = {}
 #: Every cause a report may blame (the grader penalises blaming one that is absent).
 ALL_CAUSES: tuple[str, ...] = (*FAMILIES, *DROPPED_FAMILIES)
+#: Causes a report may name without penalty: a stock-out backorders, so its orders ship late and
+#: customers complain about delivery (naming late deliveries there is a consequence, not a false cause).
+#: Not the other way round: in ``shipping_delays`` the shelf is full and a stock-out is a false cause.
 RELATED: dict[str, tuple[str, ...]] = {"stock_out": ("shipping_delays",)}
+YEAR = 365
 HELD_OUT_EVERY = 5  # one scenario group in five is held out
 MAX_ATTEMPTS = 24
 
@@ -62,8 +70,15 @@ MAX_ATTEMPTS = 24
 class ScenarioConfig(BaseConfig):
     """Size of the scenario worlds and the strength of each injected cause."""
 
-    n_customers: int = Field(default=3000, ge=100, description="Customers in each scenario world.")
-    days: int = Field(default=120, ge=70, le=365, description="Days simulated; the window is the last ones.")
+    n_customers: int = Field(default=4000, ge=100, description="Customers in each scenario world.")
+    days: int = Field(
+        default=540,
+        ge=70,
+        le=800,
+        description="Days simulated; the window is the last ones. Every family keeps the same history, "
+        "so whether last year's window exists says nothing about the cause; the seasonality family "
+        "needs days >= 365 + 2 x window.",
+    )
     window: int = Field(
         default=30, ge=7, le=60, description="Days of the analysis window (and the one before)."
     )
@@ -82,6 +97,24 @@ class ScenarioConfig(BaseConfig):
         default=8, ge=1, le=20, description="Days before the window the campaign runs."
     )
     campaign_discount: float = Field(default=0.5, gt=0, le=0.5, description="The failed campaign's discount.")
+    late_delivery_aversion: float = Field(
+        default=1.5, ge=0, le=5, description="World late_delivery_aversion (late orders cut repeat buying)."
+    )
+    carrier_late: float = Field(
+        default=0.7, ge=0, le=1, description="Extra late-delivery probability of the delayed carrier."
+    )
+    carrier_extra_days: int = Field(
+        default=5, ge=0, le=20, description="Extra days late of the delayed carrier."
+    )
+    delay_lead: int = Field(
+        default=14, ge=0, le=30, description="Days before the window the category's carrier turns late."
+    )
+    season_amplitude: tuple[float, float] = Field(
+        default=(0.4, 0.5), description="Range of the seasonal category's yearly amplitude (uniform)."
+    )
+    season_trough_after: tuple[int, int] = Field(
+        default=(0, 10), description="Days after the window's end the yearly trough falls (uniform)."
+    )
 
 
 @dataclass(frozen=True)
@@ -180,6 +213,15 @@ def _cached(seed: int, config_json: str) -> Scenario:
 def _run(
     seed: int, family: str, k: int, world_seed: int, cfg: ScenarioConfig, rng: np.random.Generator
 ) -> Scenario:
+    start = cfg.days - cfg.window
+    outage = int(rng.integers(cfg.outage[0], cfg.outage[1] + 1))
+    so_start, cut_start, launch = start - cfg.lead_in, start - 2, start - cfg.campaign_lead
+    delay_start = start - cfg.delay_lead
+    cat = CATEGORIES[k]
+    injected: dict[str, Any] = {"cause": family, "category": cat, "injected": True}
+    season = _season(cfg, cat, rng) if family == "seasonality" else {}
+    if season:
+        injected.update(day=0, amplitude=season[cat][0], peak=season[cat][1])
     world = MarketWorld(
         WorldConfig(
             n_customers=cfg.n_customers,
@@ -187,15 +229,15 @@ def _run(
             rate_scale=cfg.rate_scale,
             drift_per_month=cfg.drift_per_month,
             reactivation_rate=cfg.reactivation_rate,
+            late_delivery_aversion=cfg.late_delivery_aversion,
+            category_seasonality=season,
         )
     )
-    start = cfg.days - cfg.window
-    outage = int(rng.integers(cfg.outage[0], cfg.outage[1] + 1))
-    so_start, cut_start, launch = start - cfg.lead_in, start - 2, start - cfg.campaign_lead
-    cat = CATEGORIES[k]
-    injected: dict[str, Any] = {"cause": family, "category": cat, "injected": True}
     rows = []
     for d in range(cfg.days):
+        if family == "shipping_delays" and d == delay_start:  # the category's carrier turns late
+            world.carrier_late[k], world.carrier_extra_days[k] = cfg.carrier_late, cfg.carrier_extra_days
+            injected.update(day=d, late=cfg.carrier_late, extra_days=cfg.carrier_extra_days)
         if family == "stock_out" and so_start <= d < so_start + outage:
             # the shelf is empty and the supplier holds the order back: nothing arrives, backorders pile up
             world.stock[k], world.on_order[k] = min(float(world.stock[k]), 0.0), True
@@ -228,16 +270,32 @@ def _run(
     return Scenario(task, events, market, campaigns, truth)
 
 
+def _season(cfg: ScenarioConfig, cat: str, rng: np.random.Generator) -> dict[str, tuple[float, int]]:
+    """The seasonal category's yearly cycle: its trough just after the window, this year and last."""
+    amplitude = round(float(rng.uniform(*cfg.season_amplitude)), 3)
+    trough = cfg.days - 1 + int(rng.integers(cfg.season_trough_after[0], cfg.season_trough_after[1] + 1))
+    return {cat: (amplitude, (trough - YEAR // 2) % YEAR)}
+
+
 def _clean(s: Scenario) -> bool:
-    """Kept when sales fell and no other cause was recorded in the category during the two windows."""
+    """Kept when sales fell and no other cause was recorded in the category during the two windows.
+
+    For ``seasonality`` the same two windows last year must be clean too (they are its evidence), and
+    last year's window must have dipped as well.
+    """
     t = s.task
     change = next(e for e in t.evidence if e.name == "orders_change_pct").values[0]
+    spans = [t.days - t.window - 14]  # overlaps the window (natural cuts last 7-14 days)
+    if t.family == "seasonality":
+        spans.append(spans[0] - YEAR)
+        if next(e for e in t.evidence if e.name == "last_year_orders_change_pct").values[0] > -5.0:
+            return False
     other = [
         r
         for r in s.truth
         if r["category"] == t.category
-        and r["day"] >= t.days - t.window - 14  # overlaps the window (natural cuts last 7-14 days)
         and r["cause"] != t.family
+        and any(lo <= r["day"] < lo + t.window + 14 for lo in spans)
     ]
     return change <= -5.0 and not other
 
@@ -245,7 +303,7 @@ def _clean(s: Scenario) -> bool:
 def window_sales(events: pd.DataFrame, category: str, days: int, window: int) -> dict[str, float]:
     """Orders and GMV of ``category`` in the last ``window`` days and the one before, and the changes."""
     p = events[(events["event"] == "purchase") & (events["category"] == CATEGORIES.index(category))]
-    last = p[p["day"] >= days - window]
+    last = p[(p["day"] >= days - window) & (p["day"] < days)]
     prev = p[(p["day"] >= days - 2 * window) & (p["day"] < days - window)]
     out = {
         "orders": float(len(last)),
@@ -294,6 +352,26 @@ def _task(
         ev += [
             Evidence("competitor_index", "competitor_price_cut", (round(now, 2),), 0.03),
             Evidence("competitor_change_pct", "competitor_price_cut", (_pct(now, before),), 3.0),
+        ]
+    elif family == "shipping_delays":
+        k = CATEGORIES.index(cat)
+        recent = events[(events["day"] >= days - w) & (events["category"] == k)]
+        late = float((recent["event"] == "late_delivery").sum())
+        complaints = float((recent["event"] == "complaint").sum())
+        ev += [
+            Evidence("late_deliveries", "shipping_delays", (late,), max(3.0, 0.15 * late)),
+            Evidence("delivery_complaints", "shipping_delays", (complaints,), max(2.0, 0.15 * complaints)),
+        ]
+    elif family == "seasonality":
+        last = window_sales(events, cat, days - YEAR, w)
+        ev += [
+            Evidence(
+                "last_year_orders_change_pct",
+                "seasonality",
+                (last["orders_change_pct"], last["gmv_change_pct"]),
+                3.0,
+            ),
+            Evidence("last_year_orders", "seasonality", (last["orders"],), max(5.0, 0.1 * last["orders"])),
         ]
     else:
         camp = campaign_summary(events, campaigns, cat)[0]
