@@ -14,6 +14,10 @@ occasional price cuts; preference drift; diminishing returns of discount (satura
 budget (reach capped by the segment's subscribers); push fatigue (weaker response, unsubscribes,
 churn); purchases pulled forward (recency suppression after a purchase); stock-outs with
 replenishment lead times, late deliveries and complaints; returns 7-21 days after delivery.
+Opt-in (off by default, and then the world draws exactly the same numbers as without them): a yearly
+demand cycle per category (``category_seasonality``), a late carrier per category
+(``category_carrier_delay``, or ``carrier_late`` / ``carrier_extra_days`` changed between days), and
+customers who buy a category less after an order of it came late (``late_delivery_aversion``).
 
 >>> world = MarketWorld(WorldConfig(n_customers=500, seed=1))
 >>> world.launch(CampaignAction(discount=0.2, push_hour=20, segment="loyal", budget=5.0))

@@ -1,6 +1,7 @@
 """The ops analysis tool environment (seed 000's stage 1): why did a category's sales fall?
 
-* :mod:`.scenarios`: worlds with a known cause (stock-out, competitor price cut, failed campaign);
+* :mod:`.scenarios`: worlds with a known cause (stock-out, competitor price cut, failed campaign,
+  shipping delays, seasonality);
 * :mod:`.platform`: the data platform's tools over a scenario's logs;
 * :mod:`.grader`: the report rubric, the dense/sparse step tables, human ratings as rewards;
 * :mod:`.env`: ``transferlab/OpsAnalysis-v0`` and scripted agents (expert, naive, random).

@@ -32,10 +32,10 @@ class OpsAnalysisEnv(gym.Env[str, str]):
 
     ## Description
     Each task comes from a world scenario whose cause is known (stock-out, competitor price cut,
-    failed campaign; :mod:`transferlab.simulator.ops.scenarios`). The agent queries the platform
-    (:mod:`transferlab.simulator.ops.platform`) and ends with ``generate_report``, graded by the rubric
-    (:func:`~transferlab.simulator.ops.grader.rubric_score`) or by a given ``report_scorer`` (e.g.
-    human expert ratings).
+    failed campaign, shipping delays, seasonality; :mod:`transferlab.simulator.ops.scenarios`). The
+    agent queries the platform (:mod:`transferlab.simulator.ops.platform`) and ends with
+    ``generate_report``, graded by the rubric (:func:`~transferlab.simulator.ops.grader.rubric_score`)
+    or by a given ``report_scorer`` (e.g. human expert ratings).
 
     ## Action Space
     ``Text(max_length=32768)``: one JSON tool call in the coding environment's form, e.g.
@@ -64,7 +64,8 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     (10), ``report_scorer`` (default: the rubric), ``scenario_config``.
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version; later in v0, the ``shipping_delays`` and ``seasonality`` families and
+      540-day scenario worlds (task ids map to other families and worlds than before).
     """
 
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (Gymnasium declares it an instance attribute)
@@ -205,7 +206,10 @@ def call(action: str, **args: str) -> str:
 
 
 class ExpertAgent:
-    """Queries sales, then every evidence source, then reports the cause it finds with its numbers."""
+    """Queries sales (and last year's), then every evidence source, then reports the cause it finds.
+
+    Seasonality is concluded only when nothing else explains the drop and last year's window dipped too.
+    """
 
     def __init__(self) -> None:
         self.fields: dict[str, str] = {}

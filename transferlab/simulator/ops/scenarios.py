@@ -12,21 +12,25 @@ output tables):
   for the whole window (the world's cut mechanism, deeper and longer than its natural 15% cuts).
 * ``failed_campaign``: a 50%-off push to every customer on the category, launched ``campaign_lead``
   days before the window: orders pulled into the previous window, negative campaign profit.
+* ``shipping_delays``: the category's carrier turns late ``delay_lead`` days before the window (the
+  world's ``carrier_late`` / ``carrier_extra_days``, opt-in): late deliveries and complaints about
+  delivery rise while the shelf stays full, and customers whose orders came late buy the category less
+  (the world's ``late_delivery_aversion``, on in every scenario world). A stock-out also ships late
+  (backorders), so ``stock_out`` lists ``shipping_delays`` as related; the converse does not hold.
+* ``seasonality``: the category has a yearly cycle (the world's ``category_seasonality``) whose trough
+  falls just after the window, so the same window last year dipped too; nothing else happened in the
+  category in either year's windows. Every family runs ``days`` (540) days so that last year's
+  windows exist in every scenario and past the first months' decay of the starting customer cohort.
 
-Dropped families (the world cannot express them; the world may not be edited):
-
-* ``seasonality``: the world's only seasonality is the weekly cycle, identical in every category, so a
-  seasonal dip of one category over 30 days does not exist in its data.
-* ``shipping_delays`` as a cause of its own: carrier lateness is 3% of orders plus shop-wide congestion,
-  the same for every category; the only category-level late deliveries are backorders, i.e. the
-  ``stock_out`` family (where late deliveries and complaints are listed as a related, not absent, cause).
+``DROPPED_FAMILIES`` is empty since the world gained per-category seasonality and carrier delays.
 
 The world's customer base also decays (CDNOW-calibrated dropout), so every category tends to fall a
 little; a scenario is kept only when the target category's orders fell and the world recorded no other
-cause (a natural competitor cut or stock-out) in that category during the two windows. Generation is
-deterministic given the scenario seed, cached per seed, and takes about a second.
+cause (a natural competitor cut or stock-out) in that category during the two windows (and, for
+``seasonality``, during last year's windows, which must have dipped too). Generation is deterministic
+given the scenario seed, cached per seed, and takes one to a few seconds (a retry per unclean world).
 
->>> s = scenario(4)
+>>> s = scenario(6)
 >>> s.task.family, s.task.split
 ('competitor_price_cut', 'train')
 """
