@@ -234,7 +234,7 @@ def test_market_advance_without_market_and_serve_without_app(
     assert review_cli.default_market_dir("postgresql+psycopg://h/db") is None
 
 
-def test_reports_queue_list_rate_and_agreement(review: Review) -> None:
+def test_reports_queue_list_rate_and_agreement(review: Review, tmp_path: Path) -> None:
     empty = review("reports", "agreement", user="bob")
     assert empty.exit_code == 0, empty.output
     assert "fewer than 2 reports are rated" in empty.stdout
@@ -255,8 +255,10 @@ def test_reports_queue_list_rate_and_agreement(review: Review) -> None:
         assert review("rate", f"report-{report['id']}", score, user="bob").exit_code == 0
     table = review("reports", "list", user="ada")
     assert f"{len(ids)} report(s), {len(ids)} rated" in table.stdout
-    agreement = review("reports", "agreement", user="ada")
+    agreement = review("reports", "agreement", "--out", str(tmp_path / "agreement.json"), user="ada")
     assert agreement.exit_code == 0, agreement.output
+    saved = json.loads((tmp_path / "agreement.json").read_text())
+    assert saved["n"] == len(ids) and saved["spearman"] > 0.9
     lines = agreement.stdout.splitlines()
     assert lines[0].startswith("spearman ") and float(lines[0].split()[1]) > 0.9
     assert lines[2] == f"n {len(ids)} rated report(s)"

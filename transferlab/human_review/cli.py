@@ -38,6 +38,7 @@ market and the policies are imported inside the commands.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -47,6 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from transferlab.platform.io import atomic_write_json
 
 if TYPE_CHECKING:
     from transferlab.human_review.service import ReviewService, User
@@ -381,7 +384,14 @@ def reports_list_command(
 
 
 @reports_app.command("agreement")
-def reports_agreement_command(db: DbOption = None, user: UserOption = None) -> None:
+def reports_agreement_command(
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Also write the agreement as JSON (what `transferlab compare` reads)."),
+    ] = None,
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
     """How well the rubric agrees with the reviewers' ratings (Spearman, mean |difference|, n)."""
     from transferlab.human_review.reports import rubric_vs_human
 
@@ -389,6 +399,8 @@ def reports_agreement_command(db: DbOption = None, user: UserOption = None) -> N
     actor = _sign_in(service, user)
     with _refusals():
         agreement = rubric_vs_human(service, actor)
+    if out is not None and agreement is not None:
+        atomic_write_json(out, dataclasses.asdict(agreement))
     if agreement is None:
         print(
             "fewer than 2 reports are rated: rate them on the app's 'Rate reports' page or with "

@@ -140,6 +140,13 @@ def compare(
             "(default: docs/results/transfer/summary.json).",
         ),
     ] = None,
+    human_agreement: Annotated[
+        Path | None,
+        typer.Option(
+            "--human-agreement",
+            help="JSON from `transferlab review reports agreement --out FILE` (rubric vs reviewers).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print result.json instead of the tables.")] = False,
 ) -> None:
     """Seed 000's coding-vs-ecommerce table measured, with seed 004's four questions and three layers."""
@@ -149,7 +156,16 @@ def compare(
     if preset not in PRESETS:
         typer.echo(f"error: --preset must be one of {', '.join(PRESETS)}, got {preset!r}", err=True)
         raise typer.Exit(2)
-    config = PRESETS[preset].model_copy(update={"ops_result": str(ops_result) if ops_result else None})
+    for option, path in (("--ops-result", ops_result), ("--human-agreement", human_agreement)):
+        if path is not None and not path.is_file():
+            typer.echo(f"error: {option} {path} does not exist; give an existing JSON file", err=True)
+            raise typer.Exit(2)
+    config = PRESETS[preset].model_copy(
+        update={
+            "ops_result": str(ops_result) if ops_result else None,
+            "human_agreement": str(human_agreement) if human_agreement else None,
+        }
+    )
     run_dir = out or runs_root / "compare" / new_run_id()
     result = run_compare(config, run_dir, progress=lambda msg: typer.echo(f"... {msg}", err=True))
     if as_json:

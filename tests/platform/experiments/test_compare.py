@@ -51,9 +51,22 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
     out = tmp_path_factory.mktemp("compare") / "run"
     summary = out.parent / "summary.json"
     summary.write_text(json.dumps(transfer_summary()))
+    humans = out.parent / "agreement.json"
+    humans.write_text(json.dumps({"spearman": 0.75, "mean_abs_diff": 1.5, "n": 8}))
     t0 = time.perf_counter()
     result = runner.invoke(
-        app, ["compare", "--preset", "test", "--out", str(out), "--ops-result", str(summary)]
+        app,
+        [
+            "compare",
+            "--preset",
+            "test",
+            "--out",
+            str(out),
+            "--ops-result",
+            str(summary),
+            "--human-agreement",
+            str(humans),
+        ],
     )
     assert result.exit_code == 0, result.output
     return out, result.stdout, time.perf_counter() - t0
@@ -94,6 +107,8 @@ def test_result_json_has_every_cell_with_how_it_was_measured(run: tuple[Path, st
     assert data["diagnosis"]["ops_analysis"]["basic"]["value"] == pytest.approx(0.3)
     assert data["questions"]["ops_analysis"]["explore"]["value"] == pytest.approx(0.7)
     assert [row["arm"] for row in data["transfer"]] == ["transfer", "scratch"]
+    objectivity = table["objectivity"]["ops_analysis"]
+    assert objectivity["human"]["n"] == 8 and "Spearman 0.75" in objectivity["how"]
     assert data["transfer"][0]["episodes to 30%"] == "0, 32, never"
     assert data["transfer"][0]["query_before_concluding (SFT -> end)"] == "0.60 -> 0.80"
 
@@ -120,6 +135,21 @@ def test_a_file_that_is_not_a_transfer_summary_is_refused(tmp_path: Path) -> Non
     (tmp_path / "x.json").write_text(json.dumps({"gain": 3}))
     with pytest.raises(ValueError, match="not a transfer summary"):
         _ops_learned(CompareConfig(ops_result=str(tmp_path / "x.json")))
+
+
+def test_a_missing_json_option_is_refused(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["compare", "--human-agreement", str(tmp_path / "none.json")])
+    assert (
+        result.exit_code == 2 and "--human-agreement" in result.output and "does not exist" in result.output
+    )
+
+
+def test_without_ratings_the_report_says_how_to_collect_them() -> None:
+    from transferlab.platform.experiments.compare import with_humans
+    from transferlab.platform.experiments.measures import Measure
+
+    plain = with_humans(Measure(0.9, "Spearman", "rubric vs a second grader"), None)
+    assert plain.value == 0.9 and "Rate reports" in plain.how and "human" not in plain.extra
 
 
 def test_unknown_preset_is_refused() -> None:

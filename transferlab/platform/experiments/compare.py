@@ -78,6 +78,11 @@ class CompareConfig(BaseConfig):
         default="forkserver", description="Sandbox backend (forkserver falls back to subprocess)."
     )
     results_dir: str = Field(default="docs/results", description="Where the committed results are read from.")
+    human_agreement: str | None = Field(
+        default=None,
+        description="JSON from `transferlab review reports agreement --out FILE`: the rubric vs "
+        "reviewers' 0-10 ratings of ops reports.",
+    )
     ops_result: str | None = Field(
         default=None,
         description="The transfer experiment's summary.json (ops SFT + GRPO); default: "
@@ -352,6 +357,30 @@ def measure_transfer(config: CompareConfig, result: CompareResult, say: Progress
         result.transfer_source = f"{src}; transfer - scratch at the end: {diff}"
 
 
+def with_humans(agree: Measure, path: str | None) -> Measure:
+    """The rubric-vs-second-grader measure, with the rubric-vs-humans agreement added when rated."""
+    how = "review app: "
+    if path is None or not Path(path).is_file():
+        how += (
+            "no human ratings given (rate reports on the app's 'Rate reports' page, then "
+            "`transferlab review reports agreement --out FILE` and `--human-agreement FILE`)"
+        )
+        return Measure(agree.value, agree.unit, f"{agree.how}; {how}", agree.extra)
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    missing = {"spearman", "mean_abs_diff", "n"} - set(data)
+    if missing:
+        raise ValueError(
+            f"{path} lacks {sorted(missing)}: "
+            "pass the file that `transferlab review reports agreement --out` writes"
+        )
+    how += (
+        f"rubric vs reviewers on {data['n']} rated reports: Spearman {data['spearman']:.2f}, "
+        f"mean |diff| {data['mean_abs_diff']:.2f} points"
+    )
+    extra = agree.extra | {"human": data}
+    return Measure(agree.value, agree.unit, f"{agree.how}; {how}", extra)
+
+
 def measure_ops(config: CompareConfig, result: CompareResult, say: Progress) -> Section:
     from transferlab.simulator.ops import ExpertAgent, RandomAgent
 
@@ -379,7 +408,9 @@ def measure_ops(config: CompareConfig, result: CompareResult, say: Progress) -> 
     )
 
     say("ops: grader agreement, probes, groups")
-    agree = m.ops_grader_agreement(m.ops_reports(ids, config.random_reports))
+    agree = with_humans(
+        m.ops_grader_agreement(m.ops_reports(ids, config.random_reports)), config.human_agreement
+    )
     probes = m.ops_probes(ids[0])
     groups = m.ops_groups(ids, config.group_size)
     share = m.nonflat_share(groups)

@@ -478,7 +478,7 @@ def ops_grader_agreement(reports: Sequence[tuple[Any, str]]) -> Measure:
         agree.spearman,
         "Spearman",
         f"{len(reports)} reports (expert, naive, random agents) scored by the rubric and by a second grader "
-        "(the rubric with only 2 synonyms per cause; no human ratings are stored); "
+        "(the rubric with only 2 synonyms per cause); "
         f"success verdicts agree on {success:.0%}, mean |diff| {agree.mean_abs_diff:.2f} points",
         {"success_agreement": success, "mean_abs_diff": agree.mean_abs_diff, "n": agree.n},
     )
@@ -491,7 +491,12 @@ def ops_probes(task_id: str) -> Measure:
     task = scenario(int(task_id[4:])).task
     stuffed = "Causes: stock-out, competitor price cut, failed campaign, seasonality, late deliveries."
     numbers = " ".join(f"{e.name} {e.values[0]}" for e in task.evidence)
-    cause_words = {"stock_out": "stock-out", "competitor_price_cut": "competitor price cut"}
+    cause_words = {
+        "stock_out": "stock-out",
+        "competitor_price_cut": "competitor price cut",
+        "shipping_delays": "shipping delay",
+        "seasonality": "seasonal dip",
+    }
     bare = f"The {cause_words.get(task.causes[0], 'campaign')} explains the drop."
     expert_ep = ops_episode(task_id, ExpertAgent())
     probes = {
