@@ -28,7 +28,7 @@ redundant_query            -0.5    redundant_action (the same call twice)
 tool_error                 -1.0    tool_error (malformed call, bad argument)
 report_without_query       -2.0    write_without_read (generate_report before any query)
 report_score               x2.0    task_complete (+20 for a 10/10 report)
-task_failed                 0.0    no report within max_steps (-5 in the sparse table)
+task_failed                -4.0    no report within max_steps (-5 in the sparse table)
 =========================  ======  =====================================================
 
 The sparse table pays only ``report_score`` and ``task_failed`` at the end. Human expert ratings
@@ -145,7 +145,12 @@ class OpsRewardTable(BaseConfig):
     report_score: float = Field(
         default=2.0, description="Multiplies the report's 0-10 score (rubric or human)."
     )
-    task_failed: float = Field(default=0.0, description="No report within the step budget.")
+    task_failed: float = Field(
+        default=-4.0,
+        description="No report within the step budget. Below the most the queries can pay (7 x 0.5), so "
+        "that querying without ever reporting never beats reporting: at 0, GRPO on a weak policy learned "
+        "to query until the step limit.",
+    )
     end_only: bool = Field(default=False, description="Sparse: pay only report_score / task_failed.")
 
     def weigh(self, events: dict[str, float]) -> dict[str, float]:
