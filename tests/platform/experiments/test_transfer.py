@@ -103,6 +103,7 @@ def test_summary_counts_episodes_to_threshold_by_hand() -> None:
     assert summary["arms"]["transfer"]["rl_gain"]["estimate"] == pytest.approx(1.0)
     assert summary["arms"]["scratch"]["rl_gain"]["estimate"] == pytest.approx(0.5)
     assert summary["arms"]["transfer"]["ops_cpu_hours"] == pytest.approx(0.5)
+    assert summary["arms"]["transfer"]["rubric_gain_per_seed"] == [0.0]  # _point's rubric is always 5
     assert summary["arms"]["transfer"]["nonflat_group_share"] == pytest.approx(0.75)
     assert "nonflat_group_share" not in summary["arms"]["scratch"]
     assert summary["arms"]["transfer"]["episodes_to_threshold"] == [4.0]  # 0 at 0 episodes, 1 at 8

@@ -291,7 +291,9 @@ def _ops_learned(config: CompareConfig) -> dict[str, Measure]:
         100 * g["estimate"],
         "pts",
         f"GRPO - SFT held-out success of the from-scratch ops policy, {seeds} seeds (95% CI "
-        f"[{100 * g['low']:+.1f}, {100 * g['high']:+.1f}] pts; {src})",
+        f"[{100 * g['low']:+.1f}, {100 * g['high']:+.1f}] pts; mean rubric change per seed "
+        + ", ".join(f"{r:+.2f}" for r in row.get("rubric_gain_per_seed", []))
+        + f"; {src})",
         {"low": 100 * g["low"], "high": 100 * g["high"]},
     )
     cpu_h = float(row.get("ops_cpu_hours", float("nan")))

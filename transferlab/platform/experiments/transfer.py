@@ -385,6 +385,10 @@ def summarise(
         ]
         if len(sft) == len(final[arm]) and sft:
             out["arms"][arm]["rl_gain"] = bootstrap_diff_ci(sft, final[arm], paired=True, seed=0).__dict__
+        out["arms"][arm]["rubric_gain_per_seed"] = [
+            r["curve"][-1]["rubric"] - (_stage_point(r["curve"], "sft") or {"rubric": float("nan")})["rubric"]
+            for r in rows
+        ]
         out["arms"][arm]["ops_cpu_hours"] = sum(float(r.get("seconds", 0.0)) for r in rows) / 3600
         shares = [f for s in config.seeds if (f := (flat or {}).get(f"{arm}-seed{s}")) is not None]
         if shares:
@@ -405,7 +409,9 @@ def _interval(d: dict[str, Any]) -> Interval:
 def _rl_line(arm: str, row: dict[str, Any]) -> str:
     gain = _interval(row["rl_gain"]).format("+.2f") if "rl_gain" in row else "—"
     flat = f", non-flat {row['nonflat_group_share']:.2f}" if "nonflat_group_share" in row else ""
-    return f"{arm} {gain} over {row.get('ops_cpu_hours', float('nan')):.2f} CPU-hours{flat}"
+    rubric = ", ".join(f"{g:+.2f}" for g in row.get("rubric_gain_per_seed", []))
+    hours = row.get("ops_cpu_hours", float("nan"))
+    return f"{arm} {gain} (mean rubric per seed {rubric}) over {hours:.2f} CPU-hours{flat}"
 
 
 def _fmt_eps(values: list[float | None]) -> str:
