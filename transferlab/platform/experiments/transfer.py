@@ -524,7 +524,12 @@ def _settings(report: Report, config: TransferConfig, summary: dict[str, Any], r
         ]
     )
     report.code(
-        "python -m transferlab.platform.experiments.transfer --preset cpu --report-dir docs/results/transfer"
+        "python -m transferlab.platform.experiments.transfer --preset cpu "
+        "--report-dir docs/results/transfer\n"
+        "# or one process per seed on one run directory (the committed run: 3 processes, 2 cores):\n"
+        "python -m transferlab.platform.experiments.transfer --preset cpu --only-seeds 0\n"
+        "python -m transferlab.platform.experiments.transfer --resume RUN --only-seeds 1   # and 2\n"
+        "python -m transferlab.platform.experiments.transfer --resume RUN --report-dir docs/results/transfer"
     )
 
 
