@@ -70,18 +70,11 @@ STAGES = ("start", "sft", "first_rl", "end")
 
 
 def _coding_rl() -> RLConfig:
-    return RLConfig(
-        mode="agent",
-        steps=30,
-        tasks_per_step=8,
-        group_size=4,
-        lr=5e-4,
-        max_new_tokens=48,
-        max_context=512,
-        max_steps=6,
-        checkpoint_every=0,
-        rollout_backend="inline",
-        rollout_workers=1,
+    """The dense-vs-sparse experiment's GRPO settings, with rollouts inline and no checkpoints."""
+    from transferlab.coding_rl.experiments.agent import AgentExperimentConfig
+
+    return AgentExperimentConfig().rl.model_copy(
+        update={"checkpoint_every": 0, "rollout_backend": "inline", "rollout_workers": 1}
     )
 
 
