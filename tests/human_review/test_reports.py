@@ -14,6 +14,7 @@ from transferlab.human_review.reports import (
     rubric_vs_human,
 )
 from transferlab.human_review.service import NotFound, PermissionDenied, ReviewError, report_subject
+from transferlab.simulator.ops import seed_of
 from transferlab.simulator.ops.grader import human_report_reward
 
 QUESTION = "Find why sales of shoes fell in the last 30 days."
@@ -115,7 +116,7 @@ def test_queue_ops_reports_stores_real_rubric_scores(team: Any) -> None:
     assert {r.source for r in reports} == {"expert", "random"}
     assert len({r.task_id for r in reports}) == 2
     for r in reports:
-        task = scenario(int(r.task_id[4:])).task
+        task = scenario(seed_of(r.task_id)).task
         assert task.split == "held_out" and r.question == task.question
         assert r.rubric_score == pytest.approx(rubric_score(task, r.text).total)
     expert = [r.rubric_score or 0.0 for r in reports if r.source == "expert"]

@@ -20,7 +20,6 @@ report's mean rating with its rubric score.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,21 +79,13 @@ def report_text(action: str) -> str | None:
     >>> report_text('{"action": "query_sales"}') is None
     True
     """
+    from transferlab.simulator.ops.platform import ToolError, parse_action
+
     try:
-        data = json.loads(action)
-    except json.JSONDecodeError:
+        call = parse_action(action)
+    except ToolError:
         return None
-    if not isinstance(data, dict) or data.get("action") != "generate_report":
-        return None
-    text = data.get("text")
-    return str(text) if text else None
-
-
-def _task_ids(n_tasks: int, split: str, seed: int) -> list[str]:
-    """The ids of ``n_tasks`` scenarios of ``split``, starting at scenario seed ``seed``."""
-    from transferlab.simulator.ops import task_seeds
-
-    return [f"ops-{s:04d}" for s in task_seeds(split, n_tasks, start=seed)]
+    return (str(call.args["text"]) or None) if call.action == "generate_report" else None
 
 
 def queue_ops_reports(
@@ -111,8 +102,7 @@ def queue_ops_reports(
     tasks); random agents are seeded with ``seed + i`` for the i-th task. An episode that ends without
     a report (truncated) stores nothing. Returns the new report ids in order.
     """
-    from transferlab.platform.experiments.measures import ops_episode
-    from transferlab.simulator.ops import scenario
+    from transferlab.simulator.ops import OpsAnalysisEnv, run_episode, scenario, seed_of, task_ids
 
     if n_tasks < 1:
         raise ReviewError(f"n_tasks={n_tasks} must be at least 1")
@@ -120,10 +110,11 @@ def queue_ops_reports(
     if unknown or not agents:
         raise ReviewError(f"unknown agents {unknown}; use some of {', '.join(AGENTS)}")
     ids: list[int] = []
-    for i, task_id in enumerate(_task_ids(n_tasks, split, seed)):
-        question = scenario(int(task_id[4:])).task.question
+    for i, task_id in enumerate(task_ids(split, n_tasks, start=seed)):
+        question = scenario(seed_of(task_id)).task.question
         for name in agents:
-            episode = ops_episode(task_id, AGENTS[name](seed + i))
+            env = OpsAnalysisEnv(n_tasks=1)
+            episode = run_episode(env, AGENTS[name](seed + i), options={"task_id": task_id})
             text = report_text(episode["actions"][-1]) if episode["actions"] else None
             if text is None:
                 continue

@@ -581,12 +581,12 @@ def comparison(ctx: DemoContext) -> dict[str, Any]:
     after the scripted agents on a few held-out OpsAnalysis-v0 tasks."""
     from transferlab.platform.experiments import measures
     from transferlab.platform.experiments.compare import PRESETS, run_compare, table_text
-    from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent
+    from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, task_ids
 
     agents = {"expert": ExpertAgent(), "naive": NaiveAgent(), "random": RandomAgent(seed=0)}
     ops: dict[str, float] = {}
     for name, agent in agents.items():
-        episodes = [measures.ops_episode(t, agent) for t in measures.ops_task_ids(3, "held_out")]
+        episodes = [measures.ops_episode(t, agent) for t in task_ids("held_out", 3)]
         ops[name] = sum(float(e["info"].get("report_score", 0.0)) for e in episodes) / len(episodes)
     ctx.console.print(
         "OpsAnalysis-v0, mean rubric score (0-10) of the report on 3 held-out tasks: "

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from transferlab.platform.experiments import measures as m
+from transferlab.simulator.ops import task_ids
 
 REPO = Path(__file__).resolve().parents[3]
 RESULTS = REPO / "docs" / "results"
@@ -93,7 +94,7 @@ def test_coding_grading_is_exactly_repeatable_and_attacks_are_blocked() -> None:
 def test_ops_replay_has_zero_spread() -> None:
     from transferlab.simulator.ops import ExpertAgent
 
-    tid = m.ops_task_ids(1)[0]
+    tid = task_ids("train", 1)[0]
     expert = m.ops_episode(tid, ExpertAgent())
     returns, report_s = m.ops_replay(tid, expert["actions"], replays=3)
     assert m.spread(returns)["std"] == 0.0 and returns[0] == pytest.approx(expert["return"])
@@ -101,7 +102,7 @@ def test_ops_replay_has_zero_spread() -> None:
 
 
 def test_ops_probes_keep_keyword_stuffing_below_success() -> None:
-    probe = m.ops_probes(m.ops_task_ids(1)[0])
+    probe = m.ops_probes(task_ids("train", 1)[0])
     assert probe.value is not None and probe.value < 8.0
     assert probe.extra["probes"]["expert report"] == 10.0
 

@@ -384,10 +384,10 @@ def with_humans(agree: Measure, path: str | None) -> Measure:
 
 
 def measure_ops(config: CompareConfig, result: CompareResult, say: Progress) -> Section:
-    from transferlab.simulator.ops import ExpertAgent, RandomAgent
+    from transferlab.simulator.ops import ExpertAgent, RandomAgent, task_ids
 
     say("ops: scenarios, replay, throughput")
-    ids = m.ops_task_ids(config.ops_tasks)
+    ids = task_ids("train", config.ops_tasks)
     experts = [m.ops_episode(t, ExpertAgent()) for t in ids]
     returns, report_s = m.ops_replay(ids[0], experts[0]["actions"], config.replays)
     s = m.spread(returns)

@@ -374,12 +374,6 @@ def coding_rollouts(
 # --------------------------------------------------------------------------------------------- ops
 
 
-def ops_task_ids(n: int, split: str = "train") -> list[str]:
-    from transferlab.simulator.ops import task_seeds
-
-    return [f"ops-{s:04d}" for s in task_seeds(split, n)]
-
-
 def ops_episode(task_id: str, agent: Any, reward_mode: str = "dense") -> dict[str, Any]:
     from transferlab.simulator.ops import OpsAnalysisEnv, run_episode
 
@@ -424,10 +418,10 @@ def ops_throughput(
     task_ids: Sequence[str], episodes: int, workers: Sequence[int]
 ) -> dict[int, dict[str, float]]:
     """Expert episodes per second on 1 and 2 forked workers (scenario worlds built before the clock)."""
-    from transferlab.simulator.ops import scenario
+    from transferlab.simulator.ops import scenario, seed_of
 
     for tid in task_ids:
-        scenario(int(tid[4:]))
+        scenario(seed_of(tid))
     with fork_state(ops_ids=list(task_ids)):
         return {w: timed_pool(_ops_job, episodes, w) for w in workers}
 
@@ -449,11 +443,11 @@ def synonym_subset_grader(keep: int = 2) -> Callable[[Any, str], float]:
 
 def ops_reports(task_ids: Sequence[str], random_seeds: int) -> list[tuple[Any, str]]:
     """Reports to grade: the expert's, the naive agent's and random agents' on each task."""
-    from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, scenario
+    from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, scenario, seed_of
 
     out = []
     for tid in task_ids:
-        task = scenario(int(tid[4:])).task
+        task = scenario(seed_of(tid)).task
         agents: list[Any] = [ExpertAgent(), NaiveAgent(), *(RandomAgent(seed=s) for s in range(random_seeds))]
         for agent in agents:
             ep = ops_episode(tid, agent)
@@ -486,9 +480,9 @@ def ops_grader_agreement(reports: Sequence[tuple[Any, str]]) -> Measure:
 
 def ops_probes(task_id: str) -> Measure:
     """Rubric scores of gaming probes on one task: keyword stuffing, stuffing + numbers, bare cause."""
-    from transferlab.simulator.ops import ExpertAgent, rubric_score, scenario
+    from transferlab.simulator.ops import ExpertAgent, rubric_score, scenario, seed_of
 
-    task = scenario(int(task_id[4:])).task
+    task = scenario(seed_of(task_id)).task
     stuffed = "Causes: stock-out, competitor price cut, failed campaign, seasonality, late deliveries."
     numbers = " ".join(f"{e.name} {e.values[0]}" for e in task.evidence)
     cause_words = {

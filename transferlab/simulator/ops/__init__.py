@@ -9,7 +9,16 @@
 
 from transferlab.simulator.ops.env import ExpertAgent, NaiveAgent, OpsAnalysisEnv, RandomAgent, run_episode
 from transferlab.simulator.ops.grader import rubric_human_agreement, rubric_score
-from transferlab.simulator.ops.scenarios import FAMILIES, OpsTask, ScenarioConfig, scenario, task_seeds
+from transferlab.simulator.ops.scenarios import (
+    FAMILIES,
+    OpsTask,
+    ScenarioConfig,
+    scenario,
+    seed_of,
+    task_id_of,
+    task_ids,
+    task_seeds,
+)
 
 __all__ = [
     "FAMILIES",
@@ -23,5 +32,8 @@ __all__ = [
     "rubric_score",
     "run_episode",
     "scenario",
+    "seed_of",
+    "task_id_of",
+    "task_ids",
     "task_seeds",
 ]

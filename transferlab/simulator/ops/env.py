@@ -17,7 +17,14 @@ from transferlab.simulator.ops.grader import (
     rubric_score,
 )
 from transferlab.simulator.ops.platform import EVIDENCE_SOURCE, TOOLS, DataPlatform, ToolError, parse_action
-from transferlab.simulator.ops.scenarios import OpsTask, Scenario, ScenarioConfig, scenario, task_seeds
+from transferlab.simulator.ops.scenarios import (
+    OpsTask,
+    Scenario,
+    ScenarioConfig,
+    scenario,
+    seed_of,
+    task_seeds,
+)
 
 ReportScorer = Callable[[OpsTask, str], float]
 
@@ -157,10 +164,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
 
     def _pick(self, options: dict[str, Any]) -> Scenario:
         if "task_id" in options:
-            tid = str(options["task_id"])
-            if not tid.startswith("ops-") or not tid[4:].isdigit():
-                raise ValueError(f"unknown task id {tid!r}; ids look like 'ops-0007'")
-            return scenario(int(tid[4:]), self.scenario_config)
+            return scenario(seed_of(str(options["task_id"])), self.scenario_config)
         split = options.get("split", "train")
         if split not in self.seeds:
             raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")

@@ -190,6 +190,23 @@ def task_seeds(split: str, n: int, start: int = 0) -> list[int]:
     return out
 
 
+def task_id_of(seed: int) -> str:
+    """The task id of scenario ``seed`` (``ops-0007``)."""
+    return f"ops-{seed:04d}"
+
+
+def seed_of(task_id: str) -> int:
+    """The scenario seed of a task id; a ValueError naming the expected form otherwise."""
+    if not task_id.startswith("ops-") or not task_id[4:].isdigit():
+        raise ValueError(f"unknown task id {task_id!r}; ids look like 'ops-0007'")
+    return int(task_id[4:])
+
+
+def task_ids(split: str, n: int, start: int = 0) -> list[str]:
+    """The ids of :func:`task_seeds` ``(split, n, start)``."""
+    return [task_id_of(s) for s in task_seeds(split, n, start)]
+
+
 def scenario(seed: int, config: ScenarioConfig | None = None) -> Scenario:
     """The scenario of ``seed`` (cached per seed and config)."""
     cfg = config or ScenarioConfig()
@@ -385,7 +402,7 @@ def _task(
             Evidence("campaign_margin", "failed_campaign", (round(margin),), max(20.0, 0.1 * abs(margin))),
         ]
     return OpsTask(
-        task_id=f"ops-{seed:04d}",
+        task_id=task_id_of(seed),
         seed=seed,
         family=family,
         split=split_of(seed),
