@@ -8,6 +8,10 @@ Keys are namespaced ``namespace/name`` (see ``docs/metrics.md``); a malformed ke
 ``ValueError``. Metrics on disk are a long-format Parquet table with columns
 ``step:int64, key:str, value:float64, wall_time:float64`` — read them back with
 :func:`read_metrics` or, one column per key, :func:`wide_metrics`.
+
+Exact resume: a trainer flushes its logger *before* writing each checkpoint, and on resume calls
+:func:`drop_logged_after` with the checkpoint's step (``-1`` when it starts over), so a run killed at
+any moment ends with every (step, key) row exactly once.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ __all__ = [
     "MetricsLogger",
     "MultiLogger",
     "ParquetLogger",
+    "drop_logged_after",
     "read_metrics",
     "validate_key",
     "validate_metrics",
@@ -260,6 +265,12 @@ class MemoryLogger(_LoggerBase):
     def flush(self) -> None:
         """Nothing to flush."""
 
+    def drop_after(self, step: int) -> int:
+        """Forget rows logged after ``step`` (a resumed run redoes those steps); returns how many."""
+        before = len(self.rows)
+        self.rows = [row for row in self.rows if row[0] <= step]
+        return before - len(self.rows)
+
     def close(self) -> None:
         """Mark closed; rows stay readable."""
         self._closed = True
@@ -382,6 +393,10 @@ class MultiLogger(_LoggerBase):
         """Flush every logger, even if one fails (the first error is re-raised)."""
         self._each("flush")
 
+    def drop_after(self, step: int) -> int:
+        """Drop rows after ``step`` in every logger that keeps rows; returns the most dropped by one."""
+        return max((drop_logged_after(logger, step) for logger in self.loggers), default=0)
+
     def close(self) -> None:
         """Close every logger, even if one fails (the first error is re-raised)."""
         if self._closed:
@@ -398,6 +413,22 @@ class MultiLogger(_LoggerBase):
                 first = first or exc
         if first is not None:
             raise first
+
+
+def drop_logged_after(logger: MetricsLogger | None, step: int) -> int:
+    """Forget the rows ``logger`` holds for steps after ``step``; returns how many were dropped.
+
+    For a resumed trainer: ``step`` is its checkpoint's last step, or ``-1`` when no checkpoint
+    exists and it starts over. Loggers that keep no rows (console) drop nothing; wrappers that
+    forward to an ``inner`` logger (e.g. a key-prefixing one) are followed.
+    """
+    if logger is None:
+        return 0
+    drop = getattr(logger, "drop_after", None)
+    if callable(drop):
+        return int(drop(step))
+    inner = getattr(logger, "inner", None)
+    return drop_logged_after(inner, step) if isinstance(inner, MetricsLogger) else 0
 
 
 def read_metrics(path: str | os.PathLike[str], missing_ok: bool = False) -> pd.DataFrame:

@@ -6,6 +6,8 @@ Layout::
         config.json        # BaseConfig.save (has "_config_class")
         meta.json          # experiment, run_id, status, created_at, seed, versions, git commit, host
         metrics.parquet    # long-format metrics (see transferlab.platform.metrics)
+        owner.json         # pid, host, started, heartbeat of the live process writing the run
+        .owner.lock        # flock held by that process (released by the OS when it dies)
         artifacts/         # anything else; created on first use
 
 Usage::
@@ -15,10 +17,18 @@ Usage::
         run.logger.log(step, {"train/loss": loss})
         run.write_artifact_json("eval.json", results)
     # meta.json status is "finished", or "failed" if the block raised
+
+One live process owns a run directory: :meth:`RunStore.create_run` and :meth:`Run.acquire` (also
+``with run:``) take an OS lock on it and refresh a heartbeat in ``owner.json``; a second process that
+tries to write or resume it gets :class:`RunInUseError` naming the owner. A run whose meta says
+``running`` but that no live process owns is listed as ``interrupted``. Reopening a run records the
+time in ``meta.json["resumed_at"]``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -28,6 +38,8 @@ import secrets
 import shutil
 import socket
 import subprocess
+import threading
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +55,20 @@ from transferlab.platform.config import BaseConfig, config_class_path
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.metrics import ParquetLogger, read_metrics, validate_key
 
-__all__ = ["Run", "RunInfo", "RunStatus", "RunStore", "compare_runs", "new_run_id", "validate_name"]
+__all__ = [
+    "Run",
+    "RunInUseError",
+    "RunInfo",
+    "RunLock",
+    "RunStatus",
+    "RunStore",
+    "compare_runs",
+    "new_run_id",
+    "validate_name",
+]
 
-RunStatus = Literal["running", "finished", "failed"]
+RunStatus = Literal["running", "interrupted", "finished", "failed"]
+"""``interrupted``: meta.json says ``running`` but no live process owns the run (it was killed)."""
 C = TypeVar("C", bound=BaseConfig)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -53,6 +76,12 @@ CONFIG_FILE = "config.json"
 META_FILE = "meta.json"
 METRICS_FILE = "metrics.parquet"
 ARTIFACTS_DIR = "artifacts"
+OWNER_FILE = "owner.json"
+LOCK_FILE = ".owner.lock"
+HEARTBEAT_S = 5.0
+"""Seconds between refreshes of ``owner.json["heartbeat"]``."""
+STALE_AFTER_S = 60.0
+"""A run owned on another host counts as interrupted when its heartbeat is older than this."""
 
 
 def validate_name(value: str, what: str = "name") -> str:
@@ -101,6 +130,163 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+class RunInUseError(RuntimeError):
+    """A live process owns the run directory (raised instead of letting two processes write it)."""
+
+
+def _owner_text(directory: Path) -> str:
+    """``pid N on host H (started ..., heartbeat Ns ago)`` from ``owner.json``, or a fallback."""
+    try:
+        owner = _read_json(directory / OWNER_FILE)
+    except (OSError, ValueError):
+        return "another process (owner.json unreadable)"
+    age = time.time() - float(owner.get("heartbeat", 0.0))
+    return (
+        f"pid {owner.get('pid')} on host {owner.get('host')} "
+        f"(started {owner.get('started')}, heartbeat {age:.0f}s ago)"
+    )
+
+
+@dataclass
+class _Held:
+    """A directory this process owns: the open lock file and what ``owner.json`` says."""
+
+    fd: int
+    owner: dict[str, Any]
+
+
+_HELD: dict[Path, _Held] = {}
+_HELD_LOCK = threading.Lock()
+_HEARTBEAT: threading.Thread | None = None
+
+
+def _heartbeat_loop() -> None:
+    """Refresh ``owner.json["heartbeat"]`` of every directory this process owns, forever (daemon)."""
+    while True:
+        time.sleep(HEARTBEAT_S)
+        with _HELD_LOCK:
+            held = list(_HELD.items())
+        for directory, entry in held:
+            entry.owner["heartbeat"] = time.time()
+            with contextlib.suppress(OSError):  # the directory was removed under us
+                atomic_write_json(directory / OWNER_FILE, entry.owner)
+
+
+def _start_heartbeat() -> None:
+    global _HEARTBEAT
+    if _HEARTBEAT is None or not _HEARTBEAT.is_alive():
+        _HEARTBEAT = threading.Thread(target=_heartbeat_loop, name="runstore-heartbeat", daemon=True)
+        _HEARTBEAT.start()
+
+
+def _try_flock(fd: int, mode: int, attempts: int = 5) -> bool:
+    """Non-blocking ``flock``; a few short retries ride out another process's :func:`is_owned` probe."""
+    for attempt in range(attempts):
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if attempt + 1 < attempts:
+                time.sleep(0.05)
+            continue
+        return True
+    return False
+
+
+class RunLock:
+    """Ownership of a directory by this process: an ``fcntl.flock`` plus ``owner.json`` with a heartbeat.
+
+    The owner is the process, not this object: every ``RunLock`` of this process on the directory
+    shares the one lock, which lasts until :meth:`release` or the process ends. The flock dies with
+    the process (SIGKILL included), so :func:`is_owned` tells a live owner from a dead one on this
+    host; the heartbeat does it for runs on another host. ``shared=True`` lets several cooperating
+    processes hold the directory at once (each then locks the parts it writes, e.g. the arms of an
+    experiment), while still refusing an exclusive owner.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory).resolve()
+
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock."""
+        return self.directory in _HELD
+
+    def acquire(self, shared: bool = False, what: str = "run") -> None:
+        """Take the lock (a no-op if this process holds it) or raise :class:`RunInUseError`."""
+        with _HELD_LOCK:
+            if self.directory in _HELD:
+                return
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            if not _try_flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX):
+                os.close(fd)
+                raise RunInUseError(
+                    f"{what} {self.directory} is in use by {_owner_text(self.directory)}: wait for that "
+                    "process to finish, or stop it and run the command again to resume"
+                )
+            now = time.time()
+            owner = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": datetime.fromtimestamp(now, UTC).isoformat(),
+                "heartbeat": now,
+                "shared": shared,
+            }
+            try:
+                atomic_write_json(self.directory / OWNER_FILE, owner)
+            except BaseException:
+                os.close(fd)
+                raise
+            _HELD[self.directory] = _Held(fd, owner)
+            _start_heartbeat()
+
+    def release(self) -> None:
+        """Remove our ``owner.json`` and drop the lock (a no-op if this process does not hold it)."""
+        with _HELD_LOCK:
+            entry = _HELD.pop(self.directory, None)
+            if entry is None:
+                return
+            try:
+                if _read_json(self.directory / OWNER_FILE).get("pid") == os.getpid():
+                    (self.directory / OWNER_FILE).unlink()
+            except (OSError, ValueError):
+                pass  # gone already, or rewritten by another shared holder
+            os.close(entry.fd)  # closing the descriptor releases the flock
+
+
+def is_owned(directory: str | os.PathLike[str]) -> bool:
+    """Whether a live process holds ``directory``'s run lock.
+
+    On this host the flock decides (probe: a non-blocking exclusive lock). An ``owner.json`` from
+    another host counts while its heartbeat is younger than :data:`STALE_AFTER_S`.
+    """
+    directory = Path(directory)
+    try:
+        owner = _read_json(directory / OWNER_FILE)
+    except (OSError, ValueError):
+        owner = {}
+    host = owner.get("host")
+    if host is not None and host != socket.gethostname():
+        return time.time() - float(owner.get("heartbeat", 0.0)) < STALE_AFTER_S
+    lock_path = directory / LOCK_FILE
+    if not lock_path.exists():
+        return False
+    fd = os.open(lock_path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the probe's lock
+    return False
+
+
+def effective_status(run_dir: Path, meta: dict[str, Any]) -> str:
+    """meta.json's status, except ``interrupted`` for a ``running`` run that no live process owns."""
+    status = str(meta.get("status", "unknown"))
+    return "interrupted" if status == "running" and not is_owned(run_dir) else status
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """Summary of one run, read from its ``meta.json``."""
@@ -122,7 +308,7 @@ class RunInfo:
             experiment=str(meta.get("experiment", run_dir.parent.name)),
             run_id=str(meta.get("run_id", run_dir.name)),
             dir=run_dir,
-            status=str(meta.get("status", "unknown")),
+            status=effective_status(run_dir, meta),
             created_at=str(meta.get("created_at", "")),
             finished_at=meta.get("finished_at"),
             seed=meta.get("seed"),
@@ -141,6 +327,8 @@ class Run:
         self.experiment: str = str(meta.get("experiment", self.dir.parent.name))
         self.run_id: str = str(meta.get("run_id", self.dir.name))
         self._logger: ParquetLogger | None = None
+        self._lock = RunLock(self.dir)
+        self._opened = True  # an existing run: acquiring it is a resume (create_run clears this)
 
     def __repr__(self) -> str:
         return f"Run(experiment={self.experiment!r}, run_id={self.run_id!r}, dir={str(self.dir)!r})"
@@ -190,18 +378,31 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``running``, ``finished`` or ``failed``."""
-        return str(self.meta.get("status", "unknown"))
+        """``running``, ``interrupted`` (running, but no live process owns it), ``finished`` or ``failed``."""
+        return effective_status(self.dir, self.meta)
+
+    @property
+    def owned(self) -> bool:
+        """Whether this object holds the run's lock."""
+        return self._lock.held
 
     @property
     def logger(self) -> ParquetLogger:
-        """ParquetLogger on ``metrics.parquet`` (created on first use; appends to existing metrics)."""
+        """ParquetLogger on ``metrics.parquet`` (created on first use; appends to existing metrics).
+
+        Takes the run's lock first (:class:`RunInUseError` if another process owns the run).
+        """
         if self._logger is None:
+            self._lock.acquire()
             self._logger = ParquetLogger(self.metrics_path)
         return self._logger
 
     def write_artifact_json(self, name: str, obj: Any) -> Path:
-        """Atomically write ``obj`` as JSON to ``artifacts/<name>``; returns the path."""
+        """Atomically write ``obj`` as JSON to ``artifacts/<name>``; returns the path.
+
+        Takes the run's lock first (:class:`RunInUseError` if another process owns the run).
+        """
+        self._lock.acquire()
         return atomic_write_json(self.artifact_path(name), obj)
 
     def load_config(self, cls: type[C]) -> C:
@@ -223,6 +424,29 @@ class Run:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def acquire(self, shared: bool = False) -> Self:
+        """Own the run for writing; reopening an existing run records a resume. Idempotent.
+
+        Raises :class:`RunInUseError` (naming the owner's pid) when another live process owns it.
+        An existing run gets ``status: running`` and a timestamp appended to ``resumed_at``.
+        ``shared=True`` admits other shared holders (processes splitting one run between them).
+        """
+        if self._lock.held:
+            return self
+        self._lock.acquire(shared)
+        if self._opened:
+            self._opened = False
+            resumed = [*self.meta.get("resumed_at", []), _utc_now().isoformat()]
+            self.update_meta(status="running", finished_at=None, resumed_at=resumed)
+        return self
+
+    def release(self) -> None:
+        """Flush the metrics and give up ownership (another process may then resume the run)."""
+        try:
+            self.close_logger()
+        finally:
+            self._lock.release()
+
     def close_logger(self) -> None:
         """Flush and close the metrics logger if one was opened."""
         if self._logger is not None:
@@ -230,20 +454,20 @@ class Run:
             self._logger = None
 
     def finish(self, status: Literal["finished", "failed"] = "finished", error: str | None = None) -> None:
-        """Flush metrics and record ``status`` and ``finished_at`` (plus ``error`` if given) in meta.json."""
+        """Flush metrics, record ``status`` and ``finished_at`` (plus ``error``) in meta.json, release."""
         if status not in ("finished", "failed"):
             raise ValueError(f"status must be 'finished' or 'failed', got {status!r}")
         try:
             self.close_logger()
         finally:
-            extra: dict[str, Any] = {"error": error} if error is not None else {}
-            self.update_meta(status=status, finished_at=_utc_now().isoformat(), **extra)
+            try:
+                extra: dict[str, Any] = {"error": error} if error is not None else {}
+                self.update_meta(status=status, finished_at=_utc_now().isoformat(), **extra)
+            finally:
+                self._lock.release()
 
     def __enter__(self) -> Self:
-        if self.status != "running":  # resuming a finished/failed run
-            resumed = [*self.meta.get("resumed_at", []), _utc_now().isoformat()]
-            self.update_meta(status="running", finished_at=None, resumed_at=resumed)
-        return self
+        return self.acquire()
 
     def __exit__(
         self,
@@ -253,10 +477,10 @@ class Run:
     ) -> None:
         if exc is not None:
             self.finish("failed", error=f"{type(exc).__name__}: {exc}")
-        elif self.status == "running":
+        elif self.meta.get("status") == "running":
             self.finish("finished")
         else:
-            self.close_logger()
+            self.release()
 
 
 class RunStore:
@@ -278,11 +502,13 @@ class RunStore:
         config: BaseConfig,
         run_id: str | None = None,
         seed: int | None = None,
+        shared: bool = False,
     ) -> Run:
         """Create a new run directory with ``config.json`` and ``meta.json`` (status ``running``).
 
         ``seed`` defaults to ``config.seed`` when the config has an int ``seed`` field. Refuses to
-        reuse an existing run directory (use :meth:`open_run` to resume).
+        reuse an existing run directory (use :meth:`open_run` to resume). The returned run is owned
+        by this process (see :meth:`Run.acquire`; ``shared`` as there) until it finishes.
         """
         if not isinstance(config, BaseConfig):
             raise TypeError(f"config must be a BaseConfig, got {type(config).__name__}")
@@ -313,16 +539,25 @@ class RunStore:
             "git_commit": _git_commit(),
             "hostname": socket.gethostname(),
         }
+        lock = RunLock(run_dir)
         try:
+            lock.acquire(shared)
             config.save(run_dir / CONFIG_FILE)
             atomic_write_json(run_dir / META_FILE, meta)
         except BaseException:
+            lock.release()
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        return Run(run_dir)
+        run = Run(run_dir)
+        run._lock, run._opened = lock, False
+        return run
 
     def open_run(self, experiment: str, run_id: str) -> Run:
-        """Open an existing run (e.g. to resume: its logger appends to the existing metrics)."""
+        """Open an existing run to read it, or to resume it with :meth:`Run.acquire` / ``with run:``.
+
+        Its logger appends to the existing metrics; a trainer that resumes from a checkpoint drops
+        the rows logged after it (:func:`~transferlab.platform.metrics.drop_logged_after`).
+        """
         run_dir = self.run_dir(experiment, run_id)
         if not (run_dir / META_FILE).is_file():
             known = [info.run_id for info in self.list_runs(experiment)][:10]

@@ -182,6 +182,7 @@ def train_command(
     import json
 
     from transferlab.platform.config import ConfigError
+    from transferlab.platform.runstore import RunInUseError
     from transferlab.simulator.learned import LearnedSimulator
     from transferlab.simulator.logs import LogError, read_logs
     from transferlab.simulator.train import SimTrainConfig, open_train_run, train_in_simulator
@@ -196,7 +197,7 @@ def train_command(
         run, resume = open_train_run(cfg, run_dir, runs_root, options_given=given)
         sim = LearnedSimulator.load(simulator)
         log_tables = read_logs(logs)
-    except (ConfigError, LogError, ValueError, FileExistsError, FileNotFoundError) as exc:
+    except (ConfigError, LogError, ValueError, FileExistsError, FileNotFoundError, RunInUseError) as exc:
         fail(str(exc))
     cfg = run.load_config(SimTrainConfig)
     with run, _fraction_progress(quiet=as_json) as progress:

@@ -70,7 +70,7 @@ from torch import Tensor, nn
 
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_bytes, atomic_write_json
-from transferlab.platform.metrics import MetricsLogger
+from transferlab.platform.metrics import MetricsLogger, drop_logged_after
 from transferlab.platform.runstore import Run, RunStore
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci
 from transferlab.simulator.envs.campaign import (
@@ -417,6 +417,15 @@ def _save_checkpoint(path: Path, iteration: int, seconds: float, policy: nn.Modu
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _checkpoint(
+    path: Path, iteration: int, seconds: float, policy: nn.Module, opt: Any, logger: MetricsLogger | None
+) -> None:
+    """Flush the metrics up to ``iteration``, then save the checkpoint (in that order: exact resume)."""
+    if logger is not None:
+        logger.flush()
+    _save_checkpoint(path, iteration, seconds, policy, opt)
+
+
 def train_policy(
     market: BatchMarket,
     config: SimTrainConfig,
@@ -459,8 +468,8 @@ def train_policy(
         policy.load_state_dict(state["policy"])
         optimizer.load_state_dict(state["optimizer"])
         start, seconds_before = int(state["iteration"]) + 1, float(state["seconds"])
-        if logger is not None and hasattr(logger, "drop_after"):
-            logger.drop_after(start - 1)
+    if resume:  # rows after the checkpoint (all, without one) are logged again below
+        drop_logged_after(logger, start - 1)
     max_iterations = config.iterations()
     budget_s = config.max_minutes * 60.0 if config.max_minutes is not None else math.inf
     t_start = time.perf_counter()
@@ -505,14 +514,14 @@ def train_policy(
         elapsed = seconds_before + time.perf_counter() - t_start
         every = config.checkpoint_every
         if checkpoint is not None and every and (it + 1) % every == 0:
-            _save_checkpoint(checkpoint, it, elapsed, policy, optimizer)
+            _checkpoint(checkpoint, it, elapsed, policy, optimizer, logger)
         if progress is not None:  # the share of whichever budget runs out first
             done = max(elapsed / budget_s, (it + 1) / max_iterations if max_iterations else 0.0)
             progress(f"training: return {metrics['rollout/return']:.1f}", min(done, 1.0))
         it += 1
     seconds = seconds_before + time.perf_counter() - t_start
     if checkpoint is not None and it > start:
-        _save_checkpoint(checkpoint, it - 1, seconds, policy, optimizer)
+        _checkpoint(checkpoint, it - 1, seconds, policy, optimizer, logger)
     return TrainedPolicy(policy.eval(), history, it, it * config.n_envs, seconds)
 
 
@@ -802,7 +811,8 @@ def open_train_run(
 
     No ``run_dir``: a new run ``<runs_root>/sim-train/<id>``. A ``run_dir`` holding an unfinished run:
     that run, resumed with its saved config (so ``options_given`` is an error). Otherwise a new run
-    at ``run_dir`` (``<root>/<experiment>/<run-id>``). Raises ValueError with the fix.
+    at ``run_dir`` (``<root>/<experiment>/<run-id>``). The run is owned by this process. Raises
+    ValueError with the fix, or RunInUseError when another live process owns the run.
     """
     if run_dir is None:
         return RunStore(runs_root).create_run(RUN_EXPERIMENT, config), False
@@ -815,7 +825,7 @@ def open_train_run(
                 f"{run_dir} holds a run to resume, which keeps its saved config.json: "
                 "drop --config/--seed/--minutes/--episodes, or choose a new --run-dir"
             )
-        return run, True
+        return run.acquire(), True
     if run_dir.exists():
         if not run_dir.is_dir() or any(run_dir.iterdir()):
             raise ValueError(f"{run_dir} exists and is not a run directory: choose a new --run-dir")

@@ -107,13 +107,8 @@ class Setup:
             scripted_demonstration(env, t, toy_repo_plan(t), self.tokenizer)
             for t in self.train[: cfg.demo_tasks]
         ]
-        train_sft(
-            model,
-            self.tokenizer,
-            demos,
-            cfg.sft.model_copy(update={"seed": seed}),
-            self.exp.arm_logger(f"sft-seed{seed}"),
-        )
+        with self.exp.arm_logger(f"sft-seed{seed}") as logger:
+            train_sft(model, self.tokenizer, demos, cfg.sft.model_copy(update={"seed": seed}), logger)
         save_policy(model, self.tokenizer, directory)
         return model
 
@@ -138,7 +133,7 @@ class Setup:
         cfg = self.config
         rl = cfg.rl.model_copy(update={"seed": seed, "sandbox_backend": cfg.backend, **rl_updates})
         t0 = time.perf_counter()
-        with self.exp.arm_logger(arm) as logger:
+        with self.exp.arm_logger(arm, resume=True) as logger:
             result = train_rl(
                 copy.deepcopy(sft_model),
                 self.tokenizer,

@@ -4,6 +4,9 @@ An experiment is a run in the run store (``runs/<experiment>/<run-id>/``) whose 
 policy each, e.g. ``grpo-seed1`` — live in ``arms/<name>/`` with their own ``metrics.parquet``, RL
 checkpoint and ``result.json``. Re-running with ``--resume RUN_DIR`` skips the arms that have a
 result and resumes the one that was interrupted from its last checkpoint.
+
+The run is owned by one process (a second one is refused with the owner's pid), unless it is opened
+``shared`` by cooperating processes that split the arms: then each arm is locked while it is computed.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.metrics import ParquetLogger
 from transferlab.platform.reports import Report, ReportPaths
-from transferlab.platform.runstore import Run, RunStore
+from transferlab.platform.runstore import Run, RunLock, RunStore
 
 C = TypeVar("C", bound=BaseConfig)
 
@@ -30,8 +33,9 @@ C = TypeVar("C", bound=BaseConfig)
 class Experiment:
     """One experiment run: arms with results, progress display, and where the report goes."""
 
-    def __init__(self, run: Run, console: Console | None = None) -> None:
+    def __init__(self, run: Run, console: Console | None = None, shared: bool = False) -> None:
         self.run = run
+        self.shared = shared
         self.started = time.perf_counter()
         summary = run.dir / "artifacts" / "summary.json"
         self.previous_s = (
@@ -49,16 +53,26 @@ class Experiment:
 
     @classmethod
     def open(
-        cls, name: str, config: C, runs_root: Path, resume: Path | None, console: Console | None = None
+        cls,
+        name: str,
+        config: C,
+        runs_root: Path,
+        resume: Path | None,
+        console: Console | None = None,
+        shared: bool = False,
     ) -> tuple[Experiment, C]:
-        """A new run of ``name``, or the run at ``resume`` with its saved config (which wins)."""
+        """A new run of ``name``, or the run at ``resume`` with its saved config (which wins).
+
+        The run is owned by this process (``RunInUseError`` names a live owner); ``shared`` lets
+        other processes opened ``shared`` work on other arms of it at the same time.
+        """
         if resume is None:
-            run = RunStore(runs_root).create_run(name, config)
-            return cls(run, console), config
+            run = RunStore(runs_root).create_run(name, config, shared=shared)
+            return cls(run, console, shared), config
         run = RunStore(runs_root).open_path(resume)
         saved = run.load_config(type(config))
-        run.update_meta(status="running")
-        return cls(run, console), saved
+        run.acquire(shared)
+        return cls(run, console, shared), saved
 
     def elapsed_s(self) -> float:
         """Wall time of this run so far, earlier sessions of a resumed run included."""
@@ -69,9 +83,16 @@ class Experiment:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def arm_logger(self, arm: str) -> ParquetLogger:
-        """A metrics logger for one arm (``arms/<arm>/metrics.parquet``; appends on resume)."""
-        return ParquetLogger(self.arm_dir(arm) / "metrics.parquet", flush_every=20)
+    def arm_logger(self, arm: str, resume: bool = False) -> ParquetLogger:
+        """A metrics logger for one arm (``arms/<arm>/metrics.parquet``).
+
+        ``resume=True`` keeps the rows of an interrupted attempt, for a trainer that resumes from its
+        checkpoint (it drops the rows after it); otherwise the arm starts over and they are dropped.
+        """
+        logger = ParquetLogger(self.arm_dir(arm) / "metrics.parquet", flush_every=20)
+        if not resume:
+            logger.drop_after(-1)
+        return logger
 
     def result(self, arm: str) -> dict[str, Any] | None:
         """The saved result of a finished arm, or None."""
@@ -86,8 +107,17 @@ class Experiment:
         done = self.result(name)
         if done is not None:
             return done
-        result = compute()
-        self.save_result(name, result)
+        lock = RunLock(self.arm_dir(name))
+        if self.shared:  # other processes share the run: one computes each arm
+            lock.acquire(what="arm")
+        try:
+            done = self.result(name)  # another process may have finished it meanwhile
+            if done is not None:
+                return done
+            result = compute()
+            self.save_result(name, result)
+        finally:
+            lock.release()
         return result
 
     def write_report(self, report: Report, copy_to: Path | None) -> ReportPaths:

@@ -131,13 +131,8 @@ def run_learn(
                     )
                 ]
                 exp.progress.update(bar, description=f"SFT seed {seed}")
-                train_sft(
-                    model,
-                    tokenizer,
-                    demos,
-                    config.sft.model_copy(update={"seed": seed}),
-                    exp.arm_logger(f"sft-seed{seed}"),
-                )
+                with exp.arm_logger(f"sft-seed{seed}") as logger:
+                    train_sft(model, tokenizer, demos, config.sft.model_copy(update={"seed": seed}), logger)
                 from transferlab.coding_rl.policies.model import save_policy
 
                 save_policy(model, tokenizer, sft_dir / "policy")
@@ -187,7 +182,7 @@ def _rl_arm(
         curve.append((step + 1, point))
         return {"eval/held_out_success": point}
 
-    with exp.arm_logger(arm) as logger:
+    with exp.arm_logger(arm, resume=True) as logger:
         result = train_rl(
             copy.deepcopy(sft_model),
             tokenizer,

@@ -60,7 +60,7 @@ from transferlab.coding_rl.trainers.rollout_worker import (
 from transferlab.coding_rl.trainers.workers import Backend, ChunkResult, WorkerPool, make_pool
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_bytes
-from transferlab.platform.metrics import MetricsLogger
+from transferlab.platform.metrics import MetricsLogger, drop_logged_after
 from transferlab.platform.trajectory import Trajectory, to_tensors
 
 _log = logging.getLogger(__name__)
@@ -514,8 +514,8 @@ def train_rl(
     if resume and ckpt.exists():
         start = load_checkpoint(ckpt, model, value_head, optimizer) + 1
         _log.info("resuming from %s after step %d", ckpt, start - 1)
-        if logger is not None and hasattr(logger, "drop_after"):
-            logger.drop_after(step_offset + start - 1)
+    if resume:  # rows after the checkpoint (from step_offset on, without one) are logged again below
+        drop_logged_after(logger, step_offset + start - 1)
     history: list[dict[str, float]] = []
     rollouts = Rollouts(model, tokenizer, config, run_dir)
     model.eval()
@@ -555,9 +555,9 @@ def train_rl(
                 logger.log(step_offset + step, {k: v for k, v in metrics.items() if math.isfinite(v)})
             every = config.checkpoint_every
             if (every and (step + 1) % every == 0) or step + 1 == end:
-                save_checkpoint(ckpt, step, model, value_head, optimizer)
-                if logger is not None:
+                if logger is not None:  # metrics first: a kill between the two only repeats a tail
                     logger.flush()
+                save_checkpoint(ckpt, step, model, value_head, optimizer)
     finally:
         rollouts.close()
     return RLResult(model=model, value_head=value_head, history=history, start_step=start)

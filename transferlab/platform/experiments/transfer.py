@@ -233,7 +233,7 @@ def run_transfer(
     from transferlab.coding_rl.experiments.common import opened_sandbox
     from transferlab.coding_rl.experiments.harness import Experiment
 
-    exp, config = Experiment.open("transfer", config, runs_root, resume, console)
+    exp, config = Experiment.open("transfer", config, runs_root, resume, console, only_seeds is not None)
     torch.set_num_threads(1)
     results: dict[str, dict[str, Any]] = {}
     with exp.run, opened_sandbox(config.coding.backend) as sandbox, exp.progress:
