@@ -1,19 +1,35 @@
-"""RunStore: directory layout, metadata, lifecycle status, listing, comparison, resume."""
+"""RunStore: directory layout, metadata, lifecycle status, listing, comparison, ownership, exact resume."""
 
 from __future__ import annotations
 
 import json
 import math
+import random
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from pydantic import Field
 
 import transferlab
 from transferlab.platform.config import BaseConfig, load_config
+from transferlab.platform.io import atomic_write_json
 from transferlab.platform.metrics import read_metrics
-from transferlab.platform.runstore import Run, RunStore, new_run_id
+from transferlab.platform.runstore import (
+    STALE_AFTER_S,
+    Run,
+    RunInUseError,
+    RunLock,
+    RunStore,
+    is_owned,
+    new_run_id,
+)
 
 
 class DemoConfig(BaseConfig):
@@ -177,3 +193,172 @@ def test_open_missing_run_lists_known(store: RunStore) -> None:
         store.open_run("res", "nope")
     with pytest.raises(FileNotFoundError, match="not a run directory"):
         store.open_path(store.root / "res")
+
+
+# ------------------------------------------------------------------ ownership and exact resume
+
+HOLD = (
+    "import sys, time\n"
+    "from transferlab.platform.runstore import Run\n"
+    "Run(sys.argv[1]).acquire()\n"
+    "print('holding', flush=True)\n"
+    "time.sleep(600)\n"
+)
+"""A second process that owns the run at ``argv[1]`` until it is killed."""
+
+
+def hold_run(run_dir: Path) -> subprocess.Popen[str]:
+    """Start a process that owns ``run_dir``; returns once it does."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True, cwd=run_dir
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def sigkill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_a_run_owned_by_a_live_process_is_refused_and_interrupted_once_it_dies(store: RunStore) -> None:
+    store.create_run("own", DemoConfig(), run_id="r").release()
+    assert store.list_runs()[0].status == "interrupted"  # running, but nobody owns it
+    proc = hold_run(store.root / "own" / "r")
+    try:
+        owner = json.loads((store.root / "own" / "r" / "owner.json").read_text())
+        assert owner["pid"] == proc.pid and owner["host"] == socket.gethostname()
+        assert store.list_runs()[0].status == "running"
+        run = store.open_run("own", "r")
+        assert run.status == "running" and not run.owned
+        with pytest.raises(RunInUseError, match=rf"in use by pid {proc.pid} on host .*stop it and run"):
+            run.acquire()
+        with pytest.raises(RunInUseError, match=f"pid {proc.pid}"):
+            run.logger.log(0, {"train/loss": 1.0})
+        with pytest.raises(RunInUseError):
+            run.write_artifact_json("x.json", {})
+    finally:
+        sigkill(proc)
+    assert store.list_runs()[0].status == "interrupted"
+    run = store.open_run("own", "r")
+    assert run.status == "interrupted"
+    with run:
+        assert run.owned and run.status == "running"
+    meta = run.meta
+    assert meta["status"] == "finished" and len(meta["resumed_at"]) == 2  # the holder's and ours
+    assert not (run.dir / "owner.json").exists()
+
+
+def test_an_owner_on_another_host_counts_while_its_heartbeat_is_fresh(store: RunStore) -> None:
+    run = store.create_run("own", DemoConfig(), run_id="far")
+    run.release()
+    owner = {"pid": 1, "host": "not-" + socket.gethostname(), "started": "", "heartbeat": time.time()}
+    atomic_write_json(run.dir / "owner.json", owner)
+    assert run.status == "running"
+    atomic_write_json(run.dir / "owner.json", {**owner, "heartbeat": time.time() - STALE_AFTER_S - 1})
+    assert run.status == "interrupted"
+
+
+def test_shared_holders_admit_each_other_but_not_an_exclusive_owner(tmp_path: Path) -> None:
+    shared = (
+        "import sys, time\n"
+        "from transferlab.platform.runstore import RunLock\n"
+        "RunLock(sys.argv[1]).acquire(shared=True)\n"
+        "print('holding', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", shared, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        with pytest.raises(RunInUseError, match=f"pid {proc.pid}"):
+            RunLock(tmp_path).acquire()
+        lock = RunLock(tmp_path)
+        lock.acquire(shared=True)
+        assert lock.held and is_owned(tmp_path)
+        lock.release()
+        assert is_owned(tmp_path)  # the other holder still owns it
+    finally:
+        sigkill(proc)
+    assert not is_owned(tmp_path)
+
+
+LOOP = """
+import json, math, os, signal, sys
+from pathlib import Path
+from pydantic import Field
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.io import atomic_write_json
+from transferlab.platform.metrics import drop_logged_after
+from transferlab.platform.runstore import RunStore
+
+class LoopConfig(BaseConfig):
+    steps: int = Field(default=20, description="Steps of the loop.")
+
+store, kill_step, kill_phase = RunStore(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+EVERY = 4
+
+def maybe_kill(step, phase):
+    if step == kill_step and phase == kill_phase:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+if (store.root / "loop" / "r").is_dir():  # resume: from the checkpoint, without the rows after it
+    run = store.open_run("loop", "r").acquire()
+    ckpt = run.artifacts_dir / "checkpoint.json"
+    saved = json.loads(ckpt.read_text()) if ckpt.exists() else {"step": -1, "state": 0.0}
+    start, state = saved["step"] + 1, saved["state"]
+    drop_logged_after(run.logger, start - 1)
+else:
+    run, start, state = store.create_run("loop", LoopConfig(), run_id="r"), 0, 0.0
+with run:
+    for step in range(start, LoopConfig().steps):
+        state = 0.9 * state + math.sin(step)
+        run.logger.log(step, {"train/state": state, "train/twice": 2 * state})
+        maybe_kill(step, "log")
+        if (step + 1) % EVERY == 0:  # checkpoint: metrics flushed first, then the state
+            run.logger.flush()
+            maybe_kill(step, "flush")
+            atomic_write_json(run.artifacts_dir / "checkpoint.json", {"step": step, "state": state})
+            maybe_kill(step, "checkpoint")
+"""
+"""A small loop through the real RunStore API that checkpoints every 4 steps and kills itself (SIGKILL)
+at ``argv[2]`` right after logging, flushing or checkpointing (``argv[3]``)."""
+
+
+def kill_points(seed: int) -> list[tuple[int, str]]:
+    """One kill in each window (after a log, between flush and checkpoint, after a checkpoint), at
+    seeded increasing steps; flush/checkpoint kills fall on checkpoint steps."""
+    rng = random.Random(seed)
+    points, low = [], 0
+    for phase in rng.sample(["log", "flush", "checkpoint"], 3):
+        choices = [s for s in range(low, 16) if phase == "log" or (s + 1) % 4 == 0]
+        step = rng.choice(choices[: max(1, len(choices) // 2)])
+        points.append((step, phase))
+        low = step + 1
+    return points
+
+
+def test_a_run_killed_at_any_point_and_resumed_logs_every_row_once(tmp_path: Path) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP)
+
+    def loop(root: Path, step: int = -1, phase: str = "none") -> int:
+        return subprocess.run(
+            [sys.executable, str(script), str(root), str(step), phase], check=False
+        ).returncode
+
+    assert loop(tmp_path / "whole") == 0
+    points = kill_points(seed=3)
+    for step, phase in points:
+        assert loop(tmp_path / "killed", step, phase) == -signal.SIGKILL, (step, phase)
+        assert RunStore(tmp_path / "killed").list_runs()[0].status == "interrupted"
+    assert loop(tmp_path / "killed") == 0
+
+    whole = read_metrics(tmp_path / "whole" / "loop" / "r" / "metrics.parquet")
+    killed = read_metrics(tmp_path / "killed" / "loop" / "r" / "metrics.parquet")
+    assert not killed.duplicated(["step", "key"]).any(), points
+    assert len(killed) == len(whole) == 40
+    cols = ["step", "key", "value"]
+    expected = whole[cols].sort_values(["step", "key"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(killed[cols].sort_values(["step", "key"]).reset_index(drop=True), expected)
+    meta = Run(tmp_path / "killed" / "loop" / "r").meta
+    assert meta["status"] == "finished" and len(meta["resumed_at"]) == len(points)

@@ -168,6 +168,7 @@ def train_command(
     from transferlab.offline.learners import LEARNERS
     from transferlab.offline.train import OfflineTrainConfig, train_offline
     from transferlab.platform.config import ConfigError
+    from transferlab.platform.runstore import RunInUseError, RunLock
     from transferlab.simulator.logs import LogError, read_logs
 
     names = list(learner or [])
@@ -197,11 +198,15 @@ def train_command(
     saved = out / "config.json"
     if saved.is_file() and json.loads(saved.read_text()) != cfg.to_dict():
         fail(f"{out} holds a run with another config: choose a new --run-dir, or rerun with the same options")
+    lock = RunLock(out)
     try:
+        lock.acquire()  # one process per run directory
         with _fraction_progress(quiet=as_json) as progress:
             result = train_offline(tables, cfg, run_dir=out, progress=progress)
-    except (DatasetError, ValueError) as exc:  # bad logs or options, each named with the fix
+    except (DatasetError, ValueError, RunInUseError) as exc:  # bad logs or options, each named with the fix
         fail(str(exc))
+    finally:
+        lock.release()
     summary: dict[str, Any] = {"run_dir": str(out), "train_seconds": round(result.train_seconds, 1)}
     if result.evaluation is not None:
         summary.update(result.evaluation.to_dict())

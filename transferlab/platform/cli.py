@@ -201,7 +201,7 @@ def runs_list(
     table = Table(title=f"runs in {runs_root}", title_justify="left")
     for column in ("experiment", "run id", "status", "created (UTC)"):
         table.add_column(column, no_wrap=column != "experiment")
-    colours = {"finished": "green", "failed": "red", "running": "yellow"}
+    colours = {"finished": "green", "failed": "red", "running": "yellow", "interrupted": "magenta"}
     for info in infos:
         status = f"[{colours.get(info.status, 'white')}]{info.status}[/]"
         table.add_row(info.experiment, info.run_id, status, info.created_at[:19].replace("T", " "))
@@ -305,7 +305,7 @@ def _compare_table(
     table.add_column("", style="bold", no_wrap=True)
     for label in labels:
         table.add_column(label, no_wrap=True)
-    colours = {"finished": "green", "failed": "red", "running": "yellow"}
+    colours = {"finished": "green", "failed": "red", "running": "yellow", "interrupted": "magenta"}
     table.add_row("experiment", *(Text(i.experiment) for i in infos))
     table.add_row("status", *(Text(i.status, style=colours.get(i.status, "")) for i in infos))
     table.add_row("created (UTC)", *(Text(i.created_at[:19].replace("T", " ")) for i in infos))

@@ -63,6 +63,8 @@ __all__ = [
     "RunStatus",
     "RunStore",
     "compare_runs",
+    "effective_status",
+    "is_owned",
     "new_run_id",
     "validate_name",
 ]

@@ -17,6 +17,7 @@ Only typer is imported at module level; the experiments import torch inside the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -70,6 +71,18 @@ BackendOption = Annotated[
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)
+
+
+def _run_owned(run: Callable[[], dict[str, Any]], resume: Path | None) -> dict[str, Any]:
+    """``run()`` the experiment; a bad ``--resume`` or a run another process owns is one ``error:``."""
+    from transferlab.platform.runstore import RunInUseError
+
+    if resume is not None and not (resume / "meta.json").is_file():
+        raise _fail(f"--resume {resume} is not a run directory (no meta.json): pass the run's directory")
+    try:
+        return run()
+    except RunInUseError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _seeds(text: str | None) -> list[int] | None:
@@ -138,7 +151,7 @@ def learn(
         seeds=_seeds(seeds),
         rollout_backend=rollout_backend.value if rollout_backend else None,
     )
-    summary = run_learn(cfg, runs_root, report_dir, resume)
+    summary = _run_owned(lambda: run_learn(cfg, runs_root, report_dir, resume), resume)
     for algo in cfg.algos:
         typer.echo(summary["vs_sft"][algo]["verdict"])
 
@@ -166,7 +179,7 @@ def _agent(
         rollout_backend=rollout_backend.value if rollout_backend else None,
     )
     run = run_dense_sparse if which == "dense-sparse" else run_ablations
-    return run(cfg, runs_root, report_dir, resume)
+    return _run_owned(lambda: run(cfg, runs_root, report_dir, resume), resume)
 
 
 @app.command("dense-sparse")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -540,9 +541,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Comma-separated seeds this process computes (run a second process with --resume).",
     )
     args = parser.parse_args(argv)
-    summary = run_transfer(
-        PRESETS[args.preset](), args.runs_root, args.report_dir, args.resume, only_seeds=args.only_seeds
-    )
+    from transferlab.platform.runstore import RunInUseError
+
+    if args.resume is not None and not (args.resume / "meta.json").is_file():
+        print(f"error: --resume {args.resume} is not a run directory (no meta.json)", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        summary = run_transfer(
+            PRESETS[args.preset](), args.runs_root, args.report_dir, args.resume, only_seeds=args.only_seeds
+        )
+    except RunInUseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if not summary:
         return
     print(json.dumps({arm: row["episodes_to_threshold"] for arm, row in summary["arms"].items()}))
