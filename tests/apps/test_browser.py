@@ -67,9 +67,9 @@ def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Review
     monkeypatch.setattr(auth, "SCRYPT_N", 2**8)  # the hash carries its work factor: the app checks it
     url = f"sqlite:///{tmp_path / 'review.db'}"
     svc = ReviewService(ReviewStore(url))
-    ada = svc.add_user(None, "ada", "pw-ada", "admin")
-    svc.add_user(ada, "rita", "pw-rita", "reviewer")
-    sam = svc.add_user(ada, "sam", "pw-sam", "reviewer")
+    ada = svc.add_user(None, "ada", "pass-word-ada", "admin")
+    svc.add_user(ada, "rita", "pass-word-rita", "reviewer")
+    sam = svc.add_user(ada, "sam", "pass-word-sam", "reviewer")
     sid = svc.submit(
         sam,
         {
@@ -203,7 +203,7 @@ def test_sign_in_approve_execute_in_chromium(
     driver.get(server)
     _wait_text(driver, "Review: sign in")
     _find(driver, '//input[@aria-label="Name"]').send_keys("rita")
-    _find(driver, '//input[@aria-label="Password"]').send_keys("pw-rita")
+    _find(driver, '//input[@aria-label="Password"]').send_keys("pass-word-rita")
     _button(driver, "Sign in").click()
     _wait_text(driver, "Review queue")
     _wait_text(driver, "Batch approval")
@@ -219,12 +219,12 @@ def test_sign_in_approve_execute_in_chromium(
     approve = _button(driver, "Approve")
     ActionChains(driver).double_click(approve).perform()  # two clicks, as fast as a person can
     _wait_text(driver, f"#{sid}: approved")
-    admin = svc.authenticate("ada", "pw-ada")
+    admin = svc.authenticate("ada", "pass-word-ada")
     approvals = [r for r in svc.audit(admin, sid) if r.to_state == "approved"]
     assert [r.actor for r in approvals] == ["rita"]  # one decision recorded, whatever the clicks
 
     gateway = MarketGateway.create(tmp_path / "market", WorldConfig(n_customers=100))
-    stats = run_worker(svc, gateway, "browser-test", once=True)
+    stats = run_worker(svc, gateway, "browser-test", actor=admin, once=True)
     assert stats.executed == 1
     _nav(driver, "executed")
     _wait_text(driver, "Outcomes come back")

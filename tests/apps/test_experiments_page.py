@@ -34,8 +34,8 @@ def viewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     url = f"sqlite:///{tmp_path / 'review.db'}"
     monkeypatch.setenv("TRANSFERLAB_REVIEW_DB", url)
     svc = ReviewService(ReviewStore(url))
-    ada = svc.add_user(None, "ada", "pw-ada", "admin")
-    svc.add_user(ada, "vic", "pw-vic", "viewer")
+    ada = svc.add_user(None, "ada", "pass-word-ada", "admin")
+    svc.add_user(ada, "vic", "pass-word-vic", "viewer")
     return "vic"
 
 

@@ -32,10 +32,10 @@ def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
     url = f"sqlite:///{tmp_path / 'review.db'}"
     monkeypatch.setenv("TRANSFERLAB_REVIEW_DB", url)
     svc = ReviewService(ReviewStore(url))
-    ada = svc.add_user(None, "ada", "pw-ada", "admin")
+    ada = svc.add_user(None, "ada", "pass-word-ada", "admin")
     users = {"ada": ada}
     for name, role in [("vic", "viewer"), ("rita", "reviewer"), ("rob", "reviewer")]:
-        users[name] = svc.add_user(ada, name, f"pw-{name}", role)  # type: ignore[arg-type]
+        users[name] = svc.add_user(ada, name, f"pass-word-{name}", role)  # type: ignore[arg-type]
     first = svc.add_report(ada, "ops-0001", QUESTION, REPORT, 9.5, "expert")
     second = svc.add_report(
         ada, "ops-0002", QUESTION, "Sales fell because of late deliveries.", 0.0, "random"

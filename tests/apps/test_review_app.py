@@ -75,14 +75,14 @@ def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
     url = f"sqlite:///{tmp_path / 'review.db'}"
     monkeypatch.setenv("TRANSFERLAB_REVIEW_DB", url)
     svc = ReviewService(ReviewStore(url))
-    ada = svc.add_user(None, "ada", "pw-ada", "admin")
+    ada = svc.add_user(None, "ada", "pass-word-ada", "admin")
     users = {"ada": ada}
     for name, role in [("vic", "viewer"), ("rita", "reviewer"), ("alma", "approver"), ("sam", "reviewer")]:
-        users[name] = svc.add_user(ada, name, f"pw-{name}", role)  # type: ignore[arg-type]
+        users[name] = svc.add_user(ada, name, f"pass-word-{name}", role)  # type: ignore[arg-type]
     sam = users["sam"]
     other = svc.submit(sam, suggestion())
     svc.decide(users["alma"], other, "approve")
-    claim = svc.claim("w1")
+    claim = svc.claim(users["alma"], "w1")
     assert claim is not None
     svc.complete(claim, {"key": claim.idempotency_key, "campaign_id": 3, "day": 1, "action": claim.action})
     svc.record_feedback(other, {"profit": 15.0, "orders": 60.0}, source="market")
@@ -125,7 +125,7 @@ def test_sign_in_with_password_then_wrong_password(seeded: Seeded) -> None:
     at.button[0].click().run()
     assert "unknown user or wrong password" in " ".join(errors(at))
     assert "user" not in at.session_state
-    at.text_input(key="sign_in_password").input("pw-rita")
+    at.text_input(key="sign_in_password").input("pass-word-rita")
     at.button[0].click().run()
     assert not at.exception
     assert at.session_state["user"] == "rita"

@@ -175,9 +175,9 @@ class Team:
 @pytest.fixture
 def team(store: ReviewStore, clock: FakeClock) -> Team:
     svc = ReviewService(store, clock=clock)
-    admin = svc.add_user(None, "ada", "pw-ada", "admin")
+    admin = svc.add_user(None, "ada", "pass-word-ada", "admin")
     users = {
-        name: svc.add_user(admin, name, f"pw-{name}", role)  # type: ignore[arg-type]
+        name: svc.add_user(admin, name, f"pass-word-{name}", role)  # type: ignore[arg-type]
         for name, role in [
             ("vic", "viewer"),
             ("rita", "reviewer"),

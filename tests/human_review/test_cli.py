@@ -22,7 +22,7 @@ SUGGESTION = {
     "risk": "low",
     "evidence": {"predicted": {"profit": {"estimate": 12.0, "low": 3.0, "high": 20.0}}},
 }
-PASSWORDS = {"ada": "pw-ada", "bob": "pw-bob", "cy": "pw-cy"}
+PASSWORDS = {"ada": "pass-word-ada", "bob": "pass-word-bob", "cy": "pass-word-cy"}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,8 @@ def _one_error_line(result: Any) -> str:
 def review(tmp_path: Path) -> Review:
     """A database with ada (admin), bob (reviewer) and cy (approver)."""
     r = Review(tmp_path)
-    assert r("users", "add", "ada", "--role", "admin", password="pw-ada").exit_code == 0
+    first = r("users", "add", "ada", "--role", "admin", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["ada"])
+    assert first.exit_code == 0, first.output
     for name, role in (("bob", "reviewer"), ("cy", "approver")):
         added = r("users", "add", name, "--role", role, user="ada", TRANSFERLAB_NEW_PASSWORD=PASSWORDS[name])
         assert added.exit_code == 0, added.output
@@ -74,21 +75,48 @@ def review(tmp_path: Path) -> Review:
 
 def test_users_add_first_admin_then_only_admins(tmp_path: Path) -> None:
     r = Review(tmp_path)
-    first = r("users", "add", "zed", "--role", "reviewer", password="pw")
+    first = r("users", "add", "zed", "--role", "reviewer", TRANSFERLAB_NEW_PASSWORD="password1")
     assert first.exit_code == 3 and "first user must be an admin" in _one_error_line(first)
-    assert r("users", "add", "ada", "--role", "admin", password="pw-ada").exit_code == 0
-    no_login = r("users", "add", "bob", "--role", "reviewer", password="pw-bob")
+    assert (
+        r("users", "add", "ada", "--role", "admin", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["ada"]).exit_code == 0
+    )
+    no_login = r("users", "add", "bob", "--role", "reviewer", TRANSFERLAB_NEW_PASSWORD="pass-word-bob")
     assert no_login.exit_code == 3 and "admin" in _one_error_line(no_login)
-    wrong = r("users", "add", "bob", "--role", "reviewer", user="ada", password="nope")
+    wrong = r("users", "add", "bob", "--role", "reviewer", user="ada", password="nope-nope")
     assert wrong.exit_code == 3 and "wrong password" in _one_error_line(wrong)
-    ok = r("users", "add", "bob", "--role", "reviewer", user="ada", TRANSFERLAB_NEW_PASSWORD="pw-bob")
+    ok = r("users", "add", "bob", "--role", "reviewer", user="ada", TRANSFERLAB_NEW_PASSWORD="pass-word-bob")
     assert ok.exit_code == 0 and "added bob (reviewer)" in ok.stdout
-    by_reviewer = r("users", "add", "cy", "--role", "viewer", user="bob", TRANSFERLAB_NEW_PASSWORD="x")
+    by_reviewer = r(
+        "users", "add", "cy", "--role", "viewer", user="bob", TRANSFERLAB_NEW_PASSWORD="password1"
+    )
     assert by_reviewer.exit_code == 3 and "admin" in _one_error_line(by_reviewer)
     missing = r("list", user="bob", password="")
     assert missing.exit_code == 2 and "TRANSFERLAB_PASSWORD" in _one_error_line(missing)
-    bad_role = r("users", "add", "dan", "--role", "boss", user="ada", TRANSFERLAB_NEW_PASSWORD="x")
+    bad_role = r("users", "add", "dan", "--role", "boss", user="ada", TRANSFERLAB_NEW_PASSWORD="password1")
     assert bad_role.exit_code == 2 and "unknown role" in _one_error_line(bad_role)
+
+
+def test_users_add_never_copies_the_admins_password(tmp_path: Path) -> None:
+    from transferlab.human_review.service import ReviewService
+    from transferlab.human_review.store import ReviewStore
+
+    r = Review(tmp_path)
+    empty = r("users", "add", "ada", "--role", "admin", password=PASSWORDS["ada"])  # no NEW_PASSWORD
+    line = _one_error_line(empty)
+    assert empty.exit_code == 2 and "TRANSFERLAB_NEW_PASSWORD" in line and "terminal" in line
+    assert (
+        r("users", "add", "ada", "--role", "admin", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["ada"]).exit_code == 0
+    )
+    copied = r("users", "add", "bob", "--role", "reviewer", user="ada")  # only ada's password is set
+    line = _one_error_line(copied)
+    assert copied.exit_code == 2 and "no password for the new account bob" in line
+    assert "TRANSFERLAB_NEW_PASSWORD" in line
+    short = r("users", "add", "bob", "--role", "reviewer", user="ada", TRANSFERLAB_NEW_PASSWORD="seven77")
+    assert short.exit_code == 2 and "at least 8" in _one_error_line(short)
+    svc = ReviewService(ReviewStore(r.url))
+    assert svc.user("bob") is None  # nothing was stored by the refusals
+    with pytest.raises(Exception, match="unknown user or wrong password"):
+        svc.authenticate("bob", PASSWORDS["ada"])
 
 
 def test_submit_decide_execute_show(review: Review, logs_dir: Path) -> None:
@@ -178,8 +206,8 @@ def test_malformed_suggestion_is_refused_and_nothing_stored(review: Review, cont
 
 
 def test_viewer_cannot_submit(review: Review) -> None:
-    review("users", "add", "vi", "--role", "viewer", user="ada", TRANSFERLAB_NEW_PASSWORD="pw-vi")
-    result = review("submit", review.file("s.json", SUGGESTION), user="vi", password="pw-vi")
+    review("users", "add", "vi", "--role", "viewer", user="ada", TRANSFERLAB_NEW_PASSWORD="pass-word-vi")
+    result = review("submit", review.file("s.json", SUGGESTION), user="vi", password="pass-word-vi")
     assert result.exit_code == 3 and "reviewer" in _one_error_line(result)
 
 
@@ -194,7 +222,7 @@ def test_rate_stores_expert_ratings_as_rewards(review: Review) -> None:
     out_of_range = review("rate", "report-7", "11", user="bob")
     assert out_of_range.exit_code != 0 and "10" in _one_error_line(out_of_range)
     svc = ReviewService(ReviewStore(review.url))
-    assert ratings_as_rewards(svc, svc.authenticate("ada", "pw-ada")) == [("report-7", 0.8)]
+    assert ratings_as_rewards(svc, svc.authenticate("ada", "pass-word-ada")) == [("report-7", 0.8)]
 
 
 def test_propose_command_queues_ppo_suggestions(review: Review, logs_dir: Path) -> None:
@@ -224,12 +252,22 @@ def test_market_advance_without_market_and_serve_without_app(
     served = review("serve", "--port", "8999")
     assert served.exit_code == 2 and "review app" in _one_error_line(served)
     line = review_cli.serve_command_line(8999)
-    assert line[1:4] == ["-m", "streamlit", "run"] and line[-4:] == [
-        "--server.headless",
-        "true",
-        "--server.port",
-        "8999",
-    ]
+    assert line[1:4] == ["-m", "streamlit", "run"]
+    flags = dict(zip(line[5::2], line[6::2], strict=True))
+    assert flags == {
+        "--server.headless": "true",
+        "--server.address": "127.0.0.1",  # loopback unless --address says otherwise
+        "--server.port": "8999",
+        "--browser.gatherUsageStats": "false",
+    }
+    assert (
+        dict(zip(*[iter(review_cli.serve_command_line(1, "0.0.0.0")[5:])] * 2, strict=True))[
+            "--server.address"
+        ]
+        == "0.0.0.0"
+    )
+    assert [review_cli.is_loopback(a) for a in ("127.0.0.1", "127.3.0.1", "::1", "localhost")] == [True] * 4
+    assert not any(review_cli.is_loopback(a) for a in ("0.0.0.0", "10.0.0.2", "::", "example.org"))
     assert review_cli.default_market_dir("sqlite:////x/y/review.db") == Path("/x/y/market")
     assert review_cli.default_market_dir("postgresql+psycopg://h/db") is None
 
@@ -239,7 +277,7 @@ def test_reports_queue_list_rate_and_agreement(review: Review, tmp_path: Path) -
     assert empty.exit_code == 0, empty.output
     assert "fewer than 2 reports are rated" in empty.stdout
     assert "transferlab review rate report-<id> SCORE" in empty.stdout
-    queued = review("reports", "queue", "--tasks", "2", "--seed", "0", user="bob")
+    queued = review("reports", "queue", "--tasks", "2", "--seed", "0", user="ada")
     assert queued.exit_code == 0, queued.output
     ids = [
         int(line.split()[2].rstrip(":")) for line in queued.stdout.splitlines() if line.startswith("queued")
@@ -250,6 +288,8 @@ def test_reports_queue_list_rate_and_agreement(review: Review, tmp_path: Path) -
     reports = json.loads(listed.stdout)
     assert [r["id"] for r in reports] == ids
     assert all(0.0 <= r["rubric_score"] <= 10.0 for r in reports)
+    own = review("rate", f"report-{reports[0]['id']}", "5", user="ada")  # ada queued it
+    assert own.exit_code == 3 and "someone else must rate it" in _one_error_line(own)
     for report in reports:  # a human who agrees with the rubric, one point more generous
         score = str(min(10.0, report["rubric_score"] + 1.0))
         assert review("rate", f"report-{report['id']}", score, user="bob").exit_code == 0
@@ -265,8 +305,8 @@ def test_reports_queue_list_rate_and_agreement(review: Review, tmp_path: Path) -
 
 
 def test_reports_queue_refusals(review: Review) -> None:
-    review("users", "add", "vi", "--role", "viewer", user="ada", TRANSFERLAB_NEW_PASSWORD="pw-vi")
-    viewer = review("reports", "queue", "--tasks", "1", user="vi", password="pw-vi")
+    review("users", "add", "vi", "--role", "viewer", user="ada", TRANSFERLAB_NEW_PASSWORD="pass-word-vi")
+    viewer = review("reports", "queue", "--tasks", "1", user="vi", password="pass-word-vi")
     assert viewer.exit_code == 3 and "reviewer" in _one_error_line(viewer)
     bad = review("reports", "queue", "--tasks", "0", user="bob")
     assert bad.exit_code == 2 and "--tasks" in _one_error_line(bad)

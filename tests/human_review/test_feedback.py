@@ -75,8 +75,8 @@ def test_learn_from_feedback_moves_predictions_toward_the_truth(sim: LearnedSimu
 
 def test_ratings_become_rewards(tmp_path: Path) -> None:
     svc = ReviewService(ReviewStore(f"sqlite:///{tmp_path / 'r.db'}"))
-    admin = svc.add_user(None, "ada", "pw", "admin")
-    bob = svc.add_user(admin, "bob", "pw", "reviewer")
+    admin = svc.add_user(None, "ada", "password1", "admin")
+    bob = svc.add_user(admin, "bob", "password1", "reviewer")
     svc.rate(bob, "report-1", 7.0, "names the stock-out")
     svc.rate(bob, "report-2", 10.0)
     assert ratings_as_rewards(svc, admin) == [("report-1", 0.7), ("report-2", 1.0)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transferlab.human_review.market import LaunchReceipt, MarketGateway, MaturedResult
+from transferlab.human_review.market import KeyConflict, LaunchReceipt, MarketGateway, MaturedResult
 from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
 from transferlab.simulator.market import OUTCOME_KEYS, CampaignAction
 from transferlab.simulator.world_config import WorldConfig
@@ -37,7 +37,11 @@ def test_create_starts_after_the_history(gateway: MarketGateway) -> None:
 def test_same_key_twice_is_one_campaign(gateway: MarketGateway) -> None:
     history = len(gateway.world().campaigns)
     first = gateway.launch(LOYAL, "suggestion-1")
-    again = gateway.launch(ALL, "suggestion-1")  # a retry, even with another action, changes nothing
+    before = gateway.path.read_bytes()
+    with pytest.raises(KeyConflict, match="'suggestion-1' was launched with another action on day 10"):
+        gateway.launch(ALL, "suggestion-1")  # a known key with another action: refused, nothing changes
+    assert gateway.path.read_bytes() == before
+    again = gateway.launch(LOYAL, "suggestion-1")  # a retry of the same launch: the same receipt
     assert again == first
     assert first == LaunchReceipt("suggestion-1", history, 10, LOYAL.to_dict())
     assert gateway.launches("suggestion-1") == [first]

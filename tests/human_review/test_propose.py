@@ -65,8 +65,8 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def queue() -> tuple[ReviewService, User]:
     svc = ReviewService(ReviewStore("sqlite://"))
-    admin = svc.add_user(None, "ada", "pw-ada", "admin")
-    return svc, svc.add_user(admin, "proposer", "pw-p", "reviewer")
+    admin = svc.add_user(None, "ada", "pass-word-ada", "admin")
+    return svc, svc.add_user(admin, "proposer", "pass-word-p", "reviewer")
 
 
 def _check_queued(svc: ReviewService, actor: User, ids: list[int], n: int) -> None:

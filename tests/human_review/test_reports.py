@@ -21,7 +21,7 @@ QUESTION = "Find why sales of shoes fell in the last 30 days."
 
 
 def _add(team: Any, rubric: float | None, text: str = "a stock-out", source: str = "expert") -> int:
-    return int(team.svc.add_report(team.reviewer, "ops-0001", QUESTION, text, rubric, source))
+    return int(team.svc.add_report(team.approver, "ops-0001", QUESTION, text, rubric, source))
 
 
 def test_add_report_and_read_it_back(team: Any) -> None:
@@ -34,7 +34,7 @@ def test_add_report_and_read_it_back(team: Any) -> None:
         "expert",
     )
     assert report.text == "Shoes fell because of a stock-out: 0 units for 9 days."
-    assert report.created_by == "rita" and report.created_at.tzinfo is not None
+    assert report.created_by == "alma" and report.created_at.tzinfo is not None
     assert report.subject == report_subject(rid) == f"report-{rid}"
     ungraded = _add(team, None, source="policy:grpo")
     assert team.svc.report(team.admin, ungraded).rubric_score is None

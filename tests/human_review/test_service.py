@@ -35,32 +35,32 @@ Make = Callable[..., dict[str, Any]]
 def test_first_user_must_be_admin_and_later_users_need_an_admin(store: ReviewStore) -> None:
     svc = ReviewService(store)
     with pytest.raises(PermissionDenied, match="the first user must be an admin"):
-        svc.add_user(None, "eve", "pw", "reviewer")
-    admin = svc.add_user(None, "ada", "pw", "admin")
+        svc.add_user(None, "eve", "password1", "reviewer")
+    admin = svc.add_user(None, "ada", "password1", "admin")
     with pytest.raises(PermissionDenied, match="needs an admin actor"):
-        svc.add_user(None, "eve", "pw", "admin")
-    rita = svc.add_user(admin, "rita", "pw", "reviewer")
+        svc.add_user(None, "eve", "password1", "admin")
+    rita = svc.add_user(admin, "rita", "password1", "reviewer")
     with pytest.raises(PermissionDenied, match="rita is a reviewer; adding users needs the admin role"):
-        svc.add_user(rita, "eve", "pw", "viewer")
+        svc.add_user(rita, "eve", "password1", "viewer")
     with pytest.raises(ReviewError, match="user 'rita' exists already"):
-        svc.add_user(admin, "rita", "pw", "viewer")
+        svc.add_user(admin, "rita", "password1", "viewer")
     with pytest.raises(ReviewError, match="unknown role"):
-        svc.add_user(admin, "eve", "pw", "boss")  # type: ignore[arg-type]
+        svc.add_user(admin, "eve", "password1", "boss")  # type: ignore[arg-type]
 
 
 def test_authenticate(store: ReviewStore) -> None:
     svc = ReviewService(store)
-    admin = svc.add_user(None, "ada", "right", "admin")
-    assert svc.authenticate("ada", "right") == admin
-    for name, password in [("ada", "wrong"), ("nobody", "right")]:
+    admin = svc.add_user(None, "ada", "right-password", "admin")
+    assert svc.authenticate("ada", "right-password") == admin
+    for name, password in [("ada", "wrong"), ("nobody", "right-password")]:
         with pytest.raises(AuthError, match=r"^unknown user or wrong password"):
             svc.authenticate(name, password)
 
 
 def test_user_lookup_and_clock(store: ReviewStore) -> None:
     svc = ReviewService(store)
-    admin = svc.add_user(None, "ada", "pw-a", "admin")
-    svc.add_user(admin, "bob", "pw-b", "reviewer")
+    admin = svc.add_user(None, "ada", "pass-word-a", "admin")
+    svc.add_user(admin, "bob", "pass-word-b", "reviewer")
     bob = svc.user("bob")
     assert bob is not None and (bob.name, bob.role) == ("bob", "reviewer")
     svc.set_role(admin, "bob", "approver")
@@ -90,7 +90,7 @@ def test_submit_stores_risk_recomputed_and_reasoning_as_given(team: Any, make_su
     view = svc.get(team.viewer, sid)
     assert (view.state, view.claimed_risk, view.risk) == ("pending", "low", "high")
     assert view.reasoning == "loyal customers answer small reminders <b>well</b>"
-    assert view.idempotency_key == f"suggestion-{sid}"
+    assert view.idempotency_key == f"{svc.store.store_id}:suggestion-{sid}"
     assert view.executions == 0 and view.original_action is None
     assert (view.expires_at - view.created_at).total_seconds() == 72 * 3600
     assert view.created_at.tzinfo is not None
@@ -259,7 +259,7 @@ def test_audit_appends_one_row_per_transition_and_rows_never_change(
     svc.decide(
         team.approver, sid, "modify", action={**make_suggestion()["action"], "discount": 0.08}, reason="r"
     )
-    claim = svc.claim("w1")
+    claim = svc.claim(team.admin, "w1")
     assert claim is not None
     svc.complete(claim, {"campaign_id": 3})
     svc.record_feedback(sid, {"profit": 4.5, "gmv": 100}, "market")
@@ -329,11 +329,11 @@ def approved(team: Any, make_suggestion: Make, **kwargs: Any) -> int:
 def test_two_claims_only_one_gets_it(team: Any, make_suggestion: Make) -> None:
     svc = team.svc
     sid = approved(team, make_suggestion)
-    first = svc.claim("w1")
+    first = svc.claim(team.admin, "w1")
     assert first is not None and first.suggestion_id == sid and first.attempt == 1
     assert CampaignAction.from_dict(first.action).discount == 0.05
-    assert first.idempotency_key == f"suggestion-{sid}"
-    assert svc.claim("w2") is None
+    assert first.idempotency_key == f"{svc.store.store_id}:suggestion-{sid}"
+    assert svc.claim(team.admin, "w2") is None
     view = svc.get(team.viewer, sid)
     assert (view.state, view.worker, view.attempt) == ("executing", "w1", 1)
 
@@ -349,7 +349,7 @@ def test_concurrent_claims_hand_each_suggestion_to_one_worker(
         own = ReviewStore(store.url)  # its own engine and connections, like another process
         svc = ReviewService(own, clock=clock)
         try:
-            while (claim := svc.claim(name)) is not None:
+            while (claim := svc.claim(team.admin, name)) is not None:
                 won.setdefault(name, []).append(claim.suggestion_id)
         except BaseException as e:
             errors.append(e)
@@ -371,12 +371,12 @@ def test_expired_lease_is_taken_over_and_the_old_claim_is_refused(
 ) -> None:
     svc = team.svc
     sid = approved(team, make_suggestion)
-    old = svc.claim("w1", lease_seconds=30)
+    old = svc.claim(team.admin, "w1", lease_seconds=30)
     assert old is not None
     clock.advance(seconds=29)
-    assert svc.claim("w2") is None  # the lease still holds
+    assert svc.claim(team.admin, "w2") is None  # the lease still holds
     clock.advance(seconds=2)
-    new = svc.claim("w2", lease_seconds=30)
+    new = svc.claim(team.admin, "w2", lease_seconds=30)
     assert new is not None
     assert (new.suggestion_id, new.attempt, new.idempotency_key) == (sid, 2, old.idempotency_key)
     with pytest.raises(InvalidTransition, match=r"claim lost: .* now held by worker w2 \(attempt 2\)"):
@@ -392,19 +392,19 @@ def test_expired_lease_is_taken_over_and_the_old_claim_is_refused(
 def test_complete_twice_is_refused_and_executions_stay_one(team: Any, make_suggestion: Make) -> None:
     svc = team.svc
     sid = approved(team, make_suggestion)
-    claim = svc.claim("w1")
+    claim = svc.claim(team.admin, "w1")
     assert claim is not None
     svc.complete(claim, {"campaign_id": 9})
     with pytest.raises(InvalidTransition, match=r"is executed, not executing; .* do not launch again"):
         svc.complete(claim, {"campaign_id": 9})
     assert svc.get(team.viewer, sid).executions == 1
-    assert svc.claim("w1") is None
+    assert svc.claim(team.admin, "w1") is None
 
 
 def test_fail_and_bad_results(team: Any, make_suggestion: Make) -> None:
     svc = team.svc
     sid = approved(team, make_suggestion)
-    claim = svc.claim("w1")
+    claim = svc.claim(team.admin, "w1")
     assert claim is not None
     with pytest.raises(ReviewError, match="not JSON-able"):
         svc.complete(claim, {"x": float("nan")})
@@ -418,7 +418,7 @@ def test_worker_rechecks_the_deciders_role(team: Any, make_suggestion: Make) -> 
     high = approved(team, make_suggestion, discount=0.3)
     low = approved(team, make_suggestion)
     svc.set_role(team.admin, "alma", "reviewer")  # may no longer approve high risk
-    claim = svc.claim("w1")
+    claim = svc.claim(team.admin, "w1")
     assert claim is not None and claim.suggestion_id == low
     view = svc.get(team.viewer, high)
     assert view.state == "failed" and "alma is now a reviewer; high risk needs the approver" in (
@@ -431,7 +431,7 @@ def test_feedback(team: Any, make_suggestion: Make) -> None:
     sid = approved(team, make_suggestion)
     with pytest.raises(InvalidTransition, match="is approved and cannot become feedback_received"):
         svc.record_feedback(sid, {"profit": 1.0}, "market")
-    claim = svc.claim("w1")
+    claim = svc.claim(team.admin, "w1")
     assert claim is not None
     svc.complete(claim, {"campaign_id": 1})
     with pytest.raises(ReviewError, match="outcome key 'likes' is unknown"):

@@ -85,7 +85,7 @@ def test_rows_from_the_real_service(
     assert views.batch_candidates(items, team.reviewer.name) == [low]  # not high risk, not own
 
     svc.decide(team.reviewer, low, "modify", action={**svc.get(team.admin, low).action, "budget": 40.0})
-    claim = svc.claim("w")
+    claim = svc.claim(team.admin, "w")
     assert claim is not None
     svc.complete(claim, {"key": claim.idempotency_key, "campaign_id": 9, "day": 4, "action": claim.action})
     executed = views.executed_rows([svc.get(team.viewer, low)])

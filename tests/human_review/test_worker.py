@@ -60,6 +60,8 @@ def _worker_process(
 ) -> None:
     """A worker in its own process; with ``barrier_file`` it hangs right after launching (to be killed)."""
     service = ReviewService(ReviewStore(url), clock=lambda: now)
+    runner = service.user("ada")  # the team's admin: a role that may execute
+    assert runner is not None
 
     def hang(claim: Claim, receipt: LaunchReceipt) -> None:
         assert barrier_file is not None
@@ -72,6 +74,7 @@ def _worker_process(
         service,
         MarketGateway(Path(market_dir)),
         worker_id,
+        actor=runner,
         once=True,
         lease_seconds=LEASE_S,
         after_launch=hang if barrier_file else None,
@@ -84,7 +87,7 @@ def test_worker_killed_after_launch_is_recovered_once(
     team: Any, clock: Any, make_suggestion: Suggest, market: MarketGateway, tmp_path: Path
 ) -> None:
     (sid,) = _approved(team, make_suggestion)
-    key = f"suggestion-{sid}"
+    key = f"{team.svc.store.store_id}:suggestion-{sid}"
     history = len(market.world().campaigns)
     barrier = tmp_path / "launched"
     ctx = mp.get_context("fork")
@@ -103,10 +106,15 @@ def test_worker_killed_after_launch_is_recovered_once(
     assert (view.state, view.worker, view.executions) == ("executing", "doomed", 0)
     assert len(market.launches(key)) == 1
     # while the dead worker's lease runs, nobody else may take the suggestion
-    assert run_worker(team.svc, market, "rescuer", once=True, lease_seconds=LEASE_S).claimed == 0
+    assert (
+        run_worker(team.svc, market, "rescuer", actor=team.admin, once=True, lease_seconds=LEASE_S).claimed
+        == 0
+    )
     clock.advance(seconds=LEASE_S + 1)
     lines: list[str] = []
-    stats = run_worker(team.svc, market, "rescuer", once=True, lease_seconds=LEASE_S, log=lines.append)
+    stats = run_worker(
+        team.svc, market, "rescuer", actor=team.admin, once=True, lease_seconds=LEASE_S, log=lines.append
+    )
     assert (stats.claimed, stats.recovered, stats.executed) == (1, 1, 1)
     view = team.svc.get(team.viewer, sid)
     assert (view.state, view.executions, view.attempt, view.worker) == ("executed", 1, 2, "rescuer")
@@ -144,7 +152,7 @@ def test_many_worker_processes_execute_each_suggestion_once(
     views = [team.svc.get(team.viewer, sid) for sid in ids]
     assert {v.state for v in views} == {"executed"}
     assert [v.executions for v in views] == [1] * 20
-    assert _launches_per_key(market) == {f"suggestion-{sid}": 1 for sid in ids}
+    assert _launches_per_key(market) == {f"{team.svc.store.store_id}:suggestion-{sid}": 1 for sid in ids}
     assert len(MarketGateway(market.directory).world().campaigns) == history + 20
 
 
@@ -179,7 +187,7 @@ def test_simultaneous_approvals_give_one_approval_and_one_execution(
         assert _approve_at_once(team.svc, deciders, sid) == ["approved", "refused"]
         approvals = [a for a in team.svc.audit(team.viewer, sid) if a.to_state == "approved"]
         assert len(approvals) == 1
-    stats = run_worker(team.svc, market, "w1", once=True)
+    stats = run_worker(team.svc, market, "w1", actor=team.admin, once=True)
     assert stats.executed == 2
     assert sorted(_launches_per_key(market).values()) == [1, 1]
     assert all(v.executions == 1 for v in team.svc.list(team.viewer, state="executed"))
@@ -190,12 +198,12 @@ def test_downgraded_approver_fails_the_suggestion_and_launches_nothing(
 ) -> None:
     high = _approved(team, make_suggestion, n=2, discount=0.3)  # 30% off: high risk, approver approved
     assert {team.svc.get(team.viewer, s).risk for s in high} == {"high"}
-    ghost = team.svc.claim("ghost", LEASE_S)  # the first: claimed by a worker that dies at once
+    ghost = team.svc.claim(team.admin, "ghost", LEASE_S)  # the first: claimed by a worker that dies at once
     assert ghost is not None and ghost.suggestion_id == high[0]
     team.svc.set_role(team.admin, team.approver.name, "reviewer")
     clock.advance(seconds=LEASE_S + 1)
     lines: list[str] = []
-    stats = run_worker(team.svc, market, "w1", once=True, log=lines.append)
+    stats = run_worker(team.svc, market, "w1", actor=team.admin, once=True, log=lines.append)
     # the takeover is failed by the worker's own check; the other one by claim() before handing it out
     assert (stats.claimed, stats.failed, stats.executed) == (1, 1, 0)
     for sid in high:  # the takeover (worker's check) and the first claim (the service's check)
@@ -210,15 +218,15 @@ def test_matured_outcome_comes_back_as_feedback(
     team: Any, make_suggestion: Suggest, market: MarketGateway
 ) -> None:
     (sid,) = _approved(team, make_suggestion)
-    assert run_worker(team.svc, market, "w1", once=True).executed == 1
+    assert run_worker(team.svc, market, "w1", actor=team.admin, once=True).executed == 1
     assert market.advance(WORLD.maturity_days) == []
-    assert run_worker(team.svc, market, "w1", once=True).feedback == 0
+    assert run_worker(team.svc, market, "w1", actor=team.admin, once=True).feedback == 0
     assert team.svc.get(team.viewer, sid).state == "executed"
     (matured,) = market.advance(1)
-    assert matured.key == f"suggestion-{sid}"
-    stats = run_worker(team.svc, market, "w1", once=True)
+    assert matured.key == f"{team.svc.store.store_id}:suggestion-{sid}"
+    stats = run_worker(team.svc, market, "w1", actor=team.admin, once=True)
     assert stats.feedback == 1
     view = team.svc.get(team.viewer, sid)
     assert view.state == "feedback_received"
     assert view.outcome == matured.outcome
-    assert run_worker(team.svc, market, "w1", once=True).feedback == 0  # recorded once
+    assert run_worker(team.svc, market, "w1", actor=team.admin, once=True).feedback == 0  # recorded once

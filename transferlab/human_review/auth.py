@@ -19,6 +19,11 @@ Role = Literal["viewer", "reviewer", "approver", "admin"]
 ROLES: tuple[Role, ...] = get_args(Role)
 """Roles from least to most privileged; each role may do everything the roles before it may."""
 
+#: The least role a worker must sign in as to launch approved suggestions into the market.
+EXECUTOR_ROLE: Role = "approver"
+#: The shortest password an account may get.
+MIN_PASSWORD_LENGTH = 8
+
 #: scrypt work factors: n=2**14, r=8, p=1 uses 16 MiB and about 50 ms, OWASP's minimum recommendation.
 SCRYPT_N = 2**14
 SCRYPT_R = 8
@@ -38,6 +43,19 @@ def role_rank(role: str) -> int:
 def role_allows(role: str, needed: str) -> bool:
     """Whether ``role`` is at least ``needed``."""
     return role_rank(role) >= role_rank(needed)
+
+
+def password_problem(password: object) -> str | None:
+    """Why ``password`` may not be an account's password (None when it may).
+
+    >>> password_problem("short"), password_problem("long enough")
+    ('the password has 5 characters; give at least 8', None)
+    """
+    if not isinstance(password, str) or not password:
+        return f"the password is empty; give at least {MIN_PASSWORD_LENGTH} characters"
+    if len(password) < MIN_PASSWORD_LENGTH:
+        return f"the password has {len(password)} characters; give at least {MIN_PASSWORD_LENGTH}"
+    return None
 
 
 def _b64(raw: bytes) -> str:

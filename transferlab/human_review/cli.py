@@ -11,26 +11,31 @@ Commands::
     transferlab review reports queue [--tasks N] [--seed S]          # ops reports for reviewers to rate
     transferlab review reports list [--json]
     transferlab review reports agreement                             # rubric vs human ratings
-    transferlab review worker [--once] [--market DIR] [--lease-seconds S]
+    transferlab review worker --user NAME [--once] [--market DIR] [--lease-seconds S] [--worker-id ID]
     transferlab review propose --policy PATH --logs LOGS_DIR [--simulator SIM_DIR] [--n N] [--market DIR]
     transferlab review market init --dir DIR --logs LOGS_DIR
     transferlab review market advance --dir DIR --days N [--json]
-    transferlab review serve [--port P]                              # the Streamlit review app
+    transferlab review serve [--port P] [--address A]                # the Streamlit review app
 
 Every command that reads or changes the review database takes ``--db URL`` (default: a SQLite file
 in the user data directory, or ``$TRANSFERLAB_REVIEW_DB``) and acts as ``--user NAME``, signed in
-with the password in ``$TRANSFERLAB_PASSWORD``. ``users add`` gives the new account the password in
-``$TRANSFERLAB_NEW_PASSWORD`` when set, else ``$TRANSFERLAB_PASSWORD``; on an empty database the
-first account (an admin) is created without ``--user``. ``market`` works on the market's journal,
-not the database, and ``serve`` leaves signing in to the app.
+with the password in ``$TRANSFERLAB_PASSWORD`` (five failed sign-ins of a name within 15 minutes
+refuse that name for 15 minutes). ``users add`` gives the new account the password in
+``$TRANSFERLAB_NEW_PASSWORD``; without it, it asks twice on a terminal, or refuses (it never copies
+the acting user's password); passwords have at least 8 characters. On an empty database the first
+account (an admin) is created without ``--user``. The worker runs as a user whose role may execute
+(approver or admin). ``market`` works on the market's journal, not the database, and ``serve``
+leaves signing in to the app; it listens on 127.0.0.1 unless ``--address`` says otherwise.
 
 The worker's default market is the folder ``market/`` next to the SQLite file (``--market`` is
 required with other databases); make it with ``review market init``.
 
 Exit codes: 0 done; 2 refused or bad input (a malformed suggestion, an invalid transition, a
-missing file or password, a bad option); 3 not allowed (wrong user or password, or a role too low,
+missing file or password, a bad option), or storage trouble (a full disk, a corrupted database or
+market journal); 3 not allowed (wrong user or password, too many failed sign-ins, a role too low,
 self-approval and the other permission refusals). A refusal prints one ``error: ...`` line on
-stderr and stores nothing.
+stderr and stores nothing; every command runs its changes as transactions and atomic file writes,
+so a failure leaves the database and the journal as they were.
 
 Only typer and the standard library are imported at module level; the service, SQLAlchemy, the
 market and the policies are imported inside the commands.
@@ -39,13 +44,16 @@ market and the policies are imported inside the commands.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import functools
+import ipaddress
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 
@@ -60,6 +68,9 @@ EXIT_DENIED = 3
 ENV_PASSWORD = "TRANSFERLAB_PASSWORD"
 ENV_NEW_PASSWORD = "TRANSFERLAB_NEW_PASSWORD"
 ENV_REVIEW_DB = "TRANSFERLAB_REVIEW_DB"
+DEFAULT_ADDRESS = "127.0.0.1"
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 app = typer.Typer(
     name="review",
@@ -112,6 +123,34 @@ def _url(db: str | None) -> str:
     return db or default_url()
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def storage_problem(exc: BaseException, what: str = "the review database") -> str:
+    """One line for a storage failure: a full disk, a corrupted database, or another database error.
+
+    >>> storage_problem(OSError(errno.ENOSPC, "No space left on device"), "the market journal")[:60]
+    'the disk holding the market journal is full ([Errno 28] No s'
+    """
+    text = _first_line(exc)
+    low = text.lower()
+    full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if full or "disk is full" in low or "no space left" in low:
+        return f"the disk holding {what} is full ({text}): free space and run the command again; " + (
+            "nothing was changed"
+        )
+    if "malformed" in low or "not a database" in low or "corrupt" in low:
+        return (
+            f"{what} is corrupted ({text}): restore it from a backup (for SQLite, `sqlite3 FILE .recover` "
+            "may save its rows); it was left as it is"
+        )
+    if isinstance(exc, OSError):
+        return f"cannot use {what}: {text}"
+    return f"{what} failed ({text}); nothing was changed"
+
+
 def _service(db: str | None) -> ReviewService:
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
@@ -119,13 +158,22 @@ def _service(db: str | None) -> ReviewService:
     url = _url(db)
     try:
         return ReviewService(ReviewStore(url))
-    except Exception as exc:  # a bad URL, an unreachable server, a missing driver
-        fail(f"cannot open the review database {url}: {str(exc).splitlines()[0]}")
+    except Exception as exc:  # a bad URL, an unreachable server, a missing driver, a damaged file
+        problem = storage_problem(exc, f"the review database {url}")
+        if "is full" in problem or "is corrupted" in problem:
+            fail(problem)
+        fail(f"cannot open the review database {url}: {_first_line(exc)}")
 
 
 @contextmanager
 def _refusals() -> Iterator[None]:
-    """Turn review errors into one line and an exit code (3 for auth/permission, else 2)."""
+    """Turn review, market and storage errors into one line and an exit code (3 for sign-in and
+    permission refusals, else 2)."""
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from transferlab.human_review.market import MarketError
     from transferlab.human_review.propose import ProposeError
     from transferlab.human_review.service import AuthError, PermissionDenied, ReviewError
 
@@ -133,8 +181,25 @@ def _refusals() -> Iterator[None]:
         yield
     except (AuthError, PermissionDenied) as exc:
         fail(str(exc), EXIT_DENIED)
-    except (ReviewError, ProposeError) as exc:
+    except (ReviewError, ProposeError, MarketError) as exc:
         fail(str(exc))
+    except (SQLAlchemyError, sqlite3.DatabaseError) as exc:
+        fail(storage_problem(exc))
+    except OSError as exc:
+        where = f"{exc.filename}" if exc.filename else "a file"
+        fail(storage_problem(exc, where))
+
+
+def _guarded(command: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a command under :func:`_refusals`: whatever fails, one ``error:`` line, no traceback."""
+
+    @functools.wraps(command)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _refusals():
+            return command(*args, **kwargs)
+        raise AssertionError("unreachable")  # pragma: no cover  (fail() exits)
+
+    return run
 
 
 def _password(env: str = ENV_PASSWORD, who: str = "the --user") -> str:
@@ -153,6 +218,29 @@ def _sign_in(service: ReviewService, user: str | None) -> User:
     raise AssertionError("unreachable")  # pragma: no cover  (fail() exits)
 
 
+def _new_password(name: str) -> str:
+    """The new account's password: ``$TRANSFERLAB_NEW_PASSWORD``, else asked twice on a terminal,
+    else a refusal saying how to give one (the acting user's password is never copied)."""
+    import getpass
+
+    from transferlab.human_review.auth import MIN_PASSWORD_LENGTH, password_problem
+
+    password = os.environ.get(ENV_NEW_PASSWORD, "")
+    if not password:
+        if not sys.stdin.isatty():
+            fail(
+                f"no password for the new account {name}: set {ENV_NEW_PASSWORD} (at least "
+                f"{MIN_PASSWORD_LENGTH} characters) or run this on a terminal to be asked for it"
+            )
+        password = getpass.getpass(f"password for {name}: ")
+        if getpass.getpass(f"password for {name} again: ") != password:
+            fail("the two passwords differ; run the command again")
+    problem = password_problem(password)
+    if problem is not None:
+        fail(f"{problem} (for {name})")
+    return password
+
+
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text())
@@ -168,28 +256,23 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 @users_app.command("add")
+@_guarded
 def users_add_command(
     name: Annotated[str, typer.Argument(help="The new account's name.")],
     role: Annotated[str, typer.Option("--role", help="viewer, reviewer, approver or admin.")],
     db: DbOption = None,
     user: UserOption = None,
 ) -> None:
-    """Add an account (password from $TRANSFERLAB_NEW_PASSWORD, else $TRANSFERLAB_PASSWORD).
+    """Add an account; its password from $TRANSFERLAB_NEW_PASSWORD, else asked on a terminal.
 
     The first account of an empty database needs no --user and must be an admin; after that an admin
-    adds accounts.
+    adds accounts. Passwords have at least 8 characters.
     """
     service = _service(db)
     actor = _sign_in(service, user) if user else None
-    new_password = os.environ.get(ENV_NEW_PASSWORD) or _password(who=f"the new account {name}")
+    new_password = _new_password(name)
     with _refusals():
         created = service.add_user(actor, name, new_password, role)  # type: ignore[arg-type]
-    if actor is not None and not os.environ.get(ENV_NEW_PASSWORD):
-        print(
-            f"note: {created.name} got {actor.name}'s password from {ENV_PASSWORD}; "
-            f"set {ENV_NEW_PASSWORD} to give it its own",
-            file=sys.stderr,
-        )
     print(f"added {created.name} ({created.role})")
 
 
@@ -197,6 +280,7 @@ def users_add_command(
 
 
 @app.command("submit")
+@_guarded
 def submit_command(
     file: Annotated[
         Path, typer.Argument(help="A suggestion as JSON (action, reasoning, confidence, risk, ...).")
@@ -213,6 +297,7 @@ def submit_command(
 
 
 @app.command("list")
+@_guarded
 def list_command(
     db: DbOption = None,
     user: UserOption = None,
@@ -246,6 +331,7 @@ def list_command(
 
 
 @app.command("decide")
+@_guarded
 def decide_command(
     suggestion_id: Annotated[int, typer.Argument(metavar="ID", help="The suggestion's id.")],
     decision: Annotated[str, typer.Argument(metavar="approve|reject|modify", help="The decision.")],
@@ -273,13 +359,20 @@ def decide_command(
 
 
 @app.command("show")
+@_guarded
 def show_command(
     suggestion_id: Annotated[int, typer.Argument(metavar="ID", help="The suggestion's id.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOption = None,
     user: UserOption = None,
 ) -> None:
-    """One suggestion with its state, executions (market launches) and audit trail."""
+    """One suggestion with its state, executions (market launches) and audit trail.
+
+    Free text (reasoning, reasons, actors) is shown with control characters escaped (``\\n``,
+    ``\\x1b``), so it cannot forge audit lines.
+    """
+    from transferlab.human_review.text import shown
+
     service = _service(db)
     actor = _sign_in(service, user)
     with _refusals():
@@ -296,16 +389,17 @@ def show_command(
     print(f"action: {json.dumps(view.action)}")
     if view.original_action is not None:
         print(f"original action: {json.dumps(view.original_action)}")
-    print(f"reasoning: {view.reasoning}")
+    print(f"reasoning: {shown(view.reasoning)}")
     if view.outcome is not None:
         print(f"outcome: {json.dumps(view.outcome)}")
     print("audit:")
     for row in audit:
-        why = f" ({row.reason})" if row.reason else ""
-        print(f"  {row.at.isoformat()}  {row.actor}: {row.from_state or '-'} -> {row.to_state}{why}")
+        why = f" ({shown(row.reason)})" if row.reason else ""
+        print(f"  {row.at.isoformat()}  {shown(row.actor)}: {row.from_state or '-'} -> {row.to_state}{why}")
 
 
 @app.command("rate")
+@_guarded
 def rate_command(
     subject: Annotated[
         str, typer.Argument(help="What is rated, e.g. report-<id> (see `review reports list`).")
@@ -330,6 +424,7 @@ def rate_command(
 
 
 @reports_app.command("queue")
+@_guarded
 def reports_queue_command(
     tasks: Annotated[int, typer.Option("--tasks", help="How many held-out ops tasks to run.")] = 6,
     seed: Annotated[
@@ -357,6 +452,7 @@ def reports_queue_command(
 
 
 @reports_app.command("list")
+@_guarded
 def reports_list_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of reports.")] = False,
     db: DbOption = None,
@@ -384,6 +480,7 @@ def reports_list_command(
 
 
 @reports_app.command("agreement")
+@_guarded
 def reports_agreement_command(
     out: Annotated[
         Path | None,
@@ -438,6 +535,7 @@ def _gateway(market: Path | None, url: str) -> Any:
 
 
 @app.command("worker")
+@_guarded
 def worker_command(
     once: Annotated[bool, typer.Option("--once", help="Execute what is claimable now, then exit.")] = False,
     market: Annotated[
@@ -458,21 +556,34 @@ def worker_command(
     db: DbOption = None,
     user: UserOption = None,
 ) -> None:
-    """Execute approved suggestions exactly once and record matured results as feedback."""
+    """Execute approved suggestions exactly once and record matured results as feedback.
+
+    Runs as --user, whose role must allow executing (approver or admin).
+    """
     import socket
 
+    from transferlab.human_review.text import check_worker_id, worker_id_from
     from transferlab.human_review.worker import run_worker
 
     if lease_seconds <= 0:
         fail(f"--lease-seconds must be positive, got {lease_seconds}")
+    if worker_id is not None:
+        try:
+            check_worker_id(worker_id)
+        except ValueError as exc:
+            fail(f"--worker-id: {exc}")
     url = _url(db)
     service = _service(db)
     actor = _sign_in(service, user)
+    with _refusals():
+        service.require_executor(actor)
     gateway = _gateway(market, url)
-    name = worker_id or f"{actor.name}@{socket.gethostname()}:{os.getpid()}"
+    name = worker_id or worker_id_from(actor.name, f"{socket.gethostname()}-{os.getpid()}")
     try:
         with _refusals():
-            stats = run_worker(service, gateway, name, once=once, lease_seconds=lease_seconds, log=print)
+            stats = run_worker(
+                service, gateway, name, actor=actor, once=once, lease_seconds=lease_seconds, log=print
+            )
     except KeyboardInterrupt:
         print("worker stopped", file=sys.stderr)
         return
@@ -486,6 +597,7 @@ def worker_command(
 
 
 @app.command("propose")
+@_guarded
 def propose_command(
     policy: Annotated[
         Path, typer.Option("--policy", help="A PPO policy.pt (sim train) or an offline learners/<name>/ dir.")
@@ -535,21 +647,27 @@ def propose_command(
 
 
 @market_app.command("init")
+@_guarded
 def market_init_command(
     directory: Annotated[Path, typer.Option("--dir", help="The market directory to create.")],
     logs: Annotated[Path, typer.Option("--logs", help="Log directory whose world the market continues.")],
 ) -> None:
     """Create a market that continues the world of a log directory after its logged history."""
-    from transferlab.human_review.market import MarketGateway
+    from transferlab.human_review.market import MarketError, MarketGateway
 
     try:
         gateway = MarketGateway.from_logs(directory, logs)
-    except (ValueError, OSError) as exc:
-        fail(str(exc).splitlines()[0])
+    except MarketError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(storage_problem(exc, f"the market in {directory}"))
+    except ValueError as exc:
+        fail(_first_line(exc))
     print(f"market in {directory}: day {gateway.day()}")
 
 
 @market_app.command("advance")
+@_guarded
 def market_advance_command(
     directory: Annotated[Path, typer.Option("--dir", help="The market directory.")],
     days: Annotated[int, typer.Option("--days", help="Days to move the world's clock on.")] = 1,
@@ -564,8 +682,9 @@ def market_advance_command(
         fail(
             f"no market in {directory}: create it with `transferlab review market init --dir {directory} ...`"
         )
-    gateway = MarketGateway(directory)
-    matured = gateway.advance(days)
+    with _refusals():
+        gateway = MarketGateway(directory)
+        matured = gateway.advance(days)
     if as_json:
         print(json.dumps({"day": gateway.day(), "matured": [r.to_dict() for r in matured]}))
         return
@@ -588,8 +707,8 @@ def review_app_path() -> Path:
     return Path(transferlab.__file__).parent / "apps" / "review_app.py"
 
 
-def serve_command_line(port: int) -> list[str]:
-    """The ``streamlit run`` command line of the review app."""
+def serve_command_line(port: int, address: str = DEFAULT_ADDRESS) -> list[str]:
+    """The ``streamlit run`` command line of the review app: on ``address``, usage statistics off."""
     return [
         sys.executable,
         "-m",
@@ -598,14 +717,39 @@ def serve_command_line(port: int) -> list[str]:
         str(review_app_path()),
         "--server.headless",
         "true",
+        "--server.address",
+        address,
         "--server.port",
         str(port),
+        "--browser.gatherUsageStats",
+        "false",
     ]
 
 
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` only accepts connections from this machine.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("::1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, True, False)
+    """
+    if address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip()).is_loopback
+    except ValueError:
+        return False
+
+
 @app.command("serve")
+@_guarded
 def serve_command(
     port: Annotated[int, typer.Option("--port", help="Port of the app.")] = 8501,
+    address: Annotated[
+        str,
+        typer.Option(
+            "--address", help="Address to listen on; anything but loopback makes the app reachable by others."
+        ),
+    ] = DEFAULT_ADDRESS,
     db: DbOption = None,
 ) -> None:
     """Open the Streamlit review app on the database (people sign in in the app)."""
@@ -614,10 +758,19 @@ def serve_command(
     path = review_app_path()
     if not path.is_file():
         fail(f"the review app {path} is not installed yet; update transferlab (it ships transferlab/apps/)")
+    if not address.strip():
+        fail("--address is empty: give an address to listen on, e.g. 127.0.0.1")
+    if not is_loopback(address):
+        print(
+            f"warning: the review app listens on {address}, so other machines can reach its sign-in page; "
+            "keep it on 127.0.0.1 (the default) unless a TLS proxy and a firewall stand in front of it",
+            file=sys.stderr,
+        )
     env = os.environ | {ENV_REVIEW_DB: _url(db)}
-    print(f"review app on http://localhost:{port} (database {env[ENV_REVIEW_DB]})", file=sys.stderr)
+    host = "localhost" if is_loopback(address) else address
+    print(f"review app on http://{host}:{port} (database {env[ENV_REVIEW_DB]})", file=sys.stderr)
     try:
-        code = subprocess.call(serve_command_line(port), env=env)
+        code = subprocess.call(serve_command_line(port, address), env=env)
     except KeyboardInterrupt:
         code = 0
     raise typer.Exit(code)

@@ -206,10 +206,10 @@ def close_the_loop(
             )
         for sid in ids:  # one campaign a day, so campaigns do not compete for the same customers
             service.decide(approver, sid, "approve")
-            run_worker(service, gateway, f"loop-{r}", once=True)
+            run_worker(service, gateway, f"loop-{r}", actor=admin, once=True)
             gateway.advance(1)
         gateway.advance(maturity + 2)
-        run_worker(service, gateway, f"loop-{r}", once=True)
+        run_worker(service, gateway, f"loop-{r}", actor=admin, once=True)
         views = [service.get(admin, sid) for sid in ids]
         table = feedback_table(views)
         table["static_orders"] = [

@@ -12,7 +12,10 @@ replays the journal, which is deterministic because the world is seeded::
 
 Every change is made under a :class:`filelock.FileLock` (``market.lock``) and written atomically,
 so several worker processes can share one directory. :meth:`launch` is idempotent by key: a key
-already in the journal gets the same receipt back and nothing new reaches the market.
+already in the journal gets the same receipt back and nothing new reaches the market, and a known
+key with a different action is refused (:class:`KeyConflict`): a key reused by another review store
+or a rebuilt one never gets an old campaign's receipt. A journal that cannot be read as one raises
+:class:`MarketError` (one line naming the file and the fix) and is never rewritten.
 
 Several campaigns may be launched on one day: the world schedules each push at its hour, and a
 customer targeted by two of them keeps the offer of the later push (by hour, then by launch order).
@@ -29,6 +32,11 @@ replay.
 >>> action = CampaignAction(discount=0.1, push_hour=20, segment="loyal", budget=5.0)
 >>> gw.launch(action, "suggestion-1") == gw.launch(action, "suggestion-1")
 True
+>>> try:
+...     gw.launch(CampaignAction(budget=0.0), "suggestion-1")
+... except KeyConflict as e:
+...     print(str(e)[:50])
+key 'suggestion-1' was launched with another action
 >>> len(gw.launches()), len(gw.world().campaigns)
 (1, 1)
 >>> [r.key for r in gw.advance(31)]
@@ -58,7 +66,15 @@ LOCK = "market.lock"
 JOURNAL_VERSION = 1
 LOCK_TIMEOUT_S = 120.0
 
-__all__ = ["LaunchReceipt", "MarketGateway", "MaturedResult"]
+__all__ = ["KeyConflict", "LaunchReceipt", "MarketError", "MarketGateway", "MaturedResult"]
+
+
+class MarketError(ValueError):
+    """The market's journal cannot be used (corrupted, or of another version); one line with the fix."""
+
+
+class KeyConflict(MarketError):
+    """A launch under a key the journal holds for a different action."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +152,7 @@ class MarketGateway:
         with FileLock(str(directory / LOCK), timeout=LOCK_TIMEOUT_S):
             path = directory / JOURNAL
             if path.exists():
-                old = json.loads(path.read_text())
+                old = _load_journal(path)
                 same = (old["world"], old["history_days"], old["epsilon"]) == (config, history_days, epsilon)
                 if not same:
                     raise ValueError(
@@ -188,14 +204,17 @@ class MarketGateway:
     # ------------------------------------------------------------------ market operations
 
     def launch(self, action: CampaignAction, key: str) -> LaunchReceipt:
-        """Launch ``action`` today, once per ``key``: a repeated key returns the first receipt."""
+        """Launch ``action`` today, once per ``key``: a repeated key returns the first receipt.
+
+        :class:`KeyConflict` when ``key`` was launched with a different action (nothing changes).
+        """
         if not key:
-            raise ValueError("launch needs a non-empty idempotency key, e.g. 'suggestion-<id>'")
+            raise ValueError("launch needs a non-empty idempotency key, e.g. '<store id>:suggestion-<id>'")
         with self._locked():
-            text = self.path.read_bytes()
-            journal = json.loads(text)
+            text, journal = self._read()
             for entry in journal["launches"]:
                 if entry["key"] == key:
+                    _check_same_action(entry, action)
                     return _receipt(entry)
             cid: int | None = None
             if not action.is_noop:
@@ -260,10 +279,7 @@ class MarketGateway:
 
     def _read(self) -> tuple[bytes, dict[str, Any]]:
         text = self.path.read_bytes()
-        journal = json.loads(text)
-        if journal.get("version") != JOURNAL_VERSION:
-            raise ValueError(f"{self.path} has journal version {journal.get('version')!r}; expected 1")
-        return text, journal
+        return text, _parse_journal(self.path, text)
 
     def _cached(self, digest: str) -> MarketWorld | None:
         if self._cache is not None and self._cache[0] == digest:
@@ -279,6 +295,74 @@ class MarketGateway:
         return world
 
 
+_JOURNAL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "version": int,
+    "world": dict,
+    "history_days": int,
+    "epsilon": (int, float),
+    "history_campaigns": int,
+    "day": int,
+    "launches": list,
+}
+_LAUNCH_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "key": str,
+    "day": int,
+    "action": dict,
+    "campaign_id": (int, type(None)),
+}
+
+
+def _corrupted(path: Path, problem: str) -> MarketError:
+    return MarketError(
+        f"the market journal {path} is corrupted ({problem}): restore it from a backup; it was left as it is"
+    )
+
+
+def _parse_journal(path: Path, text: bytes) -> dict[str, Any]:
+    """The journal in ``text``, checked field by field; :class:`MarketError` naming the damage."""
+    try:
+        journal = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" at line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise _corrupted(path, f"not valid JSON{where}") from None
+    if not isinstance(journal, dict):
+        raise _corrupted(path, f"a JSON {type(journal).__name__}, not an object")
+    if journal.get("version") != JOURNAL_VERSION:
+        version = journal.get("version")
+        raise MarketError(f"{path} has journal version {version!r:.40}; expected {JOURNAL_VERSION}")
+    _check_fields(path, journal, _JOURNAL_FIELDS, "")
+    for i, entry in enumerate(journal["launches"]):
+        if not isinstance(entry, dict):
+            raise _corrupted(path, f"launches[{i}] is not an object")
+        _check_fields(path, entry, _LAUNCH_FIELDS, f"launches[{i}].")
+    return journal
+
+
+def _check_fields(
+    path: Path, data: dict[str, Any], fields: dict[str, type | tuple[type, ...]], prefix: str
+) -> None:
+    for name, kind in fields.items():
+        if name not in data:
+            raise _corrupted(path, f"{prefix}{name} is missing")
+        value = data[name]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise _corrupted(path, f"{prefix}{name} has the wrong type")
+
+
+def _load_journal(path: Path) -> dict[str, Any]:
+    return _parse_journal(path, path.read_bytes())
+
+
+def _check_same_action(entry: dict[str, Any], action: CampaignAction) -> None:
+    """:class:`KeyConflict` unless the journal's launch under this key was ``action``."""
+    if entry["action"] != action.to_dict():
+        raise KeyConflict(
+            f"key {entry['key']!r} was launched with another action on day {entry['day']} "
+            f"(campaign {entry['campaign_id']}); nothing launched and no receipt handed out: the review "
+            "database was probably restored from an older backup and reused a suggestion id"
+        )
+
+
 def replay(journal: dict[str, Any]) -> MarketWorld:
     """Rebuild the present world of a journal (a pure function of its content)."""
     config = WorldConfig.build(**journal["world"])
@@ -290,7 +374,7 @@ def replay(journal: dict[str, Any]) -> MarketWorld:
         for entry in by_day.get(day, []):
             cid = world.launch(CampaignAction.from_dict(entry["action"]))
             if cid != entry["campaign_id"]:
-                raise RuntimeError(
+                raise MarketError(
                     f"journal launch {entry['key']!r} replays as campaign {cid}, recorded as "
                     f"{entry['campaign_id']}: the journal was edited or the simulator changed"
                 )

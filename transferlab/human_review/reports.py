@@ -8,12 +8,13 @@ report's mean rating with its rubric score.
     >>> from transferlab.human_review.service import ReviewService
     >>> from transferlab.human_review.store import ReviewStore
     >>> svc = ReviewService(ReviewStore("sqlite://"))
-    >>> ada = svc.add_user(None, "ada", "pw-ada", "admin")
+    >>> ada = svc.add_user(None, "ada", "pass-word-ada", "admin")
+    >>> bob = svc.add_user(ada, "bob", "pass-word-bob", "reviewer")
     >>> ids = queue_ops_reports(svc, ada, n_tasks=1)
     >>> [svc.report(ada, i).source for i in ids]
     ['expert', 'random']
-    >>> for i, score in zip(ids, (9.0, 2.0)):
-    ...     _ = svc.rate(ada, report_subject(i), score)
+    >>> for i, score in zip(ids, (9.0, 2.0)):  # bob rates; ada queued them, so she may not
+    ...     _ = svc.rate(bob, report_subject(i), score)
     >>> rubric_vs_human(svc, ada).n
     2
 """

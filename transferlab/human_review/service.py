@@ -6,15 +6,15 @@ each transition writes one append-only audit row with the suggestion before and 
 
     >>> from transferlab.human_review.store import ReviewStore
     >>> svc = ReviewService(ReviewStore("sqlite://"))
-    >>> admin = svc.add_user(None, "ada", "pw-ada", "admin")
-    >>> bob = svc.add_user(admin, "bob", "pw-bob", "reviewer")
+    >>> admin = svc.add_user(None, "ada", "pw-ada-0001", "admin")
+    >>> bob = svc.add_user(admin, "bob", "pw-bob-0001", "reviewer")
     >>> sid = svc.submit(bob, {"action": {"discount": 0.05, "push_hour": 20, "segment": "loyal",
     ...     "budget": 30.0}, "reasoning": "small reminder", "confidence": 0.9, "risk": "low"})
     >>> svc.get(admin, sid).risk        # no evidence: we call it medium whatever the claim
     'medium'
     >>> svc.decide(admin, sid, "approve").state
     'approved'
-    >>> claim = svc.claim("w1")
+    >>> claim = svc.claim(admin, "w1")
     >>> svc.complete(claim, {"campaign_id": 7})
     >>> svc.get(bob, sid).state, svc.get(bob, sid).executions
     ('executed', 1)
@@ -33,12 +33,21 @@ from typing import Any, Literal, cast, get_args
 
 from sqlalchemy import String, and_, func, literal, or_, select, update
 from sqlalchemy import cast as cast_
+from sqlalchemy import delete as sa_delete
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ColumnElement
 
-from transferlab.human_review.auth import ROLES, Role, hash_password, role_allows, verify_password
+from transferlab.human_review.auth import (
+    EXECUTOR_ROLE,
+    ROLES,
+    Role,
+    hash_password,
+    password_problem,
+    role_allows,
+    verify_password,
+)
 from transferlab.human_review.schema import (
     RISKS,
     Evidence,
@@ -55,13 +64,16 @@ from transferlab.human_review.store import (
     AuditEntry,
     ExecutionRow,
     FeedbackRow,
+    RatingChangeRow,
     RatingRow,
     ReportRow,
     ReviewStore,
+    SignInFailureRow,
     SuggestionRow,
     UserRow,
     utcnow,
 )
+from transferlab.human_review.text import check_worker_id, shown
 from transferlab.simulator.market import OUTCOME_KEYS
 
 __all__ = [
@@ -74,9 +86,11 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "Rating",
+    "RatingChange",
     "Report",
     "ReviewError",
     "ReviewService",
+    "SignInThrottled",
     "SuggestionError",
     "SuggestionView",
     "User",
@@ -86,6 +100,10 @@ __all__ = [
 
 class AuthError(ReviewError):
     """Unknown user or wrong password."""
+
+
+class SignInThrottled(AuthError):
+    """Too many failed sign-ins for one user name: refused until the cool-down ends."""
 
 
 class PermissionDenied(ReviewError):
@@ -130,6 +148,10 @@ _READY = ("approved", "modified")
 _APPROVER_FOR: dict[str, Role] = {"low": "reviewer", "medium": "reviewer", "high": "approver"}
 MAX_TEXT = 4000
 MAX_REPORT = 20_000
+#: Sign-in throttling: this many failures for one name within the window start a cool-down.
+MAX_FAILED_SIGN_INS = 5
+SIGN_IN_WINDOW = timedelta(minutes=15)
+SIGN_IN_COOLDOWN = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -226,6 +248,20 @@ class Rating:
 
 
 @dataclass(frozen=True)
+class RatingChange:
+    """A rating its rater replaced: the old and the new score and comment, and when."""
+
+    id: int
+    subject: str
+    rater: str
+    old_score: float
+    new_score: float
+    old_comment: str
+    new_comment: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class Report:
     """An ops analysis report to rate: the task's question, the report, and its rubric score (0-10).
 
@@ -274,9 +310,27 @@ def _jsonable_times(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in data.items()}
 
 
-def idempotency_key(suggestion_id: int) -> str:
-    """The key a suggestion is launched under, on every attempt: ``suggestion-<id>``."""
-    return f"suggestion-{suggestion_id}"
+def idempotency_key(store_id: str, suggestion_id: int) -> str:
+    """The key a suggestion is launched under, on every attempt: ``<store id>:suggestion-<id>``.
+
+    The store id is random per store, so two stores (or a store rebuilt from scratch) never share a key.
+
+    >>> idempotency_key("3f2a9c0d1e4b5a6f", 7)
+    '3f2a9c0d1e4b5a6f:suggestion-7'
+    """
+    return f"{store_id}:suggestion-{suggestion_id}"
+
+
+def _report_id(subject: str) -> int | None:
+    """The report id of a ``report-<id>`` subject, else None."""
+    head, _, tail = subject.partition("-")
+    return int(tail) if head == "report" and tail.isdigit() else None
+
+
+def _suggestion_id(subject: str) -> int | None:
+    """The suggestion id of a ``suggestion-<id>`` subject, else None."""
+    head, _, tail = subject.partition("-")
+    return int(tail) if head == "suggestion" and tail.isdigit() else None
 
 
 def check_transition(suggestion_id: int, current: str, target: str) -> None:
@@ -434,8 +488,7 @@ class ReviewService:
         )
         return True
 
-    @staticmethod
-    def _view(row: SuggestionRow, executions: int) -> SuggestionView:
+    def _view(self, row: SuggestionRow, executions: int) -> SuggestionView:
         return SuggestionView(
             id=row.id,
             state=row.state,
@@ -454,7 +507,7 @@ class ReviewService:
             executions=executions,
             result=row.result,
             outcome=row.outcome,
-            idempotency_key=idempotency_key(row.id),
+            idempotency_key=idempotency_key(self.store.store_id, row.id),
             decided_at=row.decided_at,
             worker=row.worker,
             attempt=row.attempt,
@@ -485,10 +538,13 @@ class ReviewService:
         after that only an admin may add users."""
         if not isinstance(name, str) or not name.strip() or len(name.strip()) > 64:
             raise ReviewError("user name must be 1 to 64 characters")
+        if shown(name) != name:
+            raise ReviewError(f"user name {shown(name)!r} has control characters; use plain printable text")
         if role not in ROLES:
             raise ReviewError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
-        if not isinstance(password, str) or not password:
-            raise ReviewError("password must be a non-empty string")
+        problem = password_problem(password)
+        if problem is not None:
+            raise ReviewError(problem)
         name = name.strip()
         password_hash = hash_password(password)  # slow on purpose: outside the transaction
         with self.store.session() as s:
@@ -535,13 +591,63 @@ class ReviewService:
         return self._now()
 
     def authenticate(self, name: str, password: str) -> User:
-        """The user with that name and password; :class:`AuthError` otherwise (same message for both)."""
+        """The user with that name and password; :class:`AuthError` otherwise (same message for both).
+
+        After :data:`MAX_FAILED_SIGN_INS` failures for one name within :data:`SIGN_IN_WINDOW`, every
+        sign-in of that name is refused (:class:`SignInThrottled`) for :data:`SIGN_IN_COOLDOWN`; the
+        count lives in the store, so it holds across processes. A successful sign-in resets it.
+        """
+        key = (name or "").strip()[:64] if isinstance(name, str) else ""
         with self.store.session() as s:
-            row = s.scalar(select(UserRow).where(UserRow.name == (name or "").strip()))
+            self._refuse_throttled(s, key)
+            row = s.scalar(select(UserRow).where(UserRow.name == key))
         stored = row.password_hash if row is not None else _dummy_hash()
-        if not verify_password(password or "", stored) or row is None:
+        ok = isinstance(password, str) and verify_password(password, stored) and row is not None
+        if not ok or row is None:
+            self._sign_in_failed(key)
             raise AuthError("unknown user or wrong password; check both and try again")
+        with self.store.session() as s:
+            self._refuse_throttled(s, key)  # a cool-down that began meanwhile holds for this one too
+            s.execute(sa_delete(SignInFailureRow).where(SignInFailureRow.name == key))
         return User(id=row.id, name=row.name, role=cast(Role, row.role), created_at=row.created_at)
+
+    def _refuse_throttled(self, s: Session, name: str) -> None:
+        """:class:`SignInThrottled` while ``name`` is in a cool-down."""
+        row = s.get(SignInFailureRow, name)
+        now = self._now()
+        if row is not None and row.locked_until is not None and row.locked_until > now:
+            minutes = max(1, math.ceil((row.locked_until - now).total_seconds() / 60))
+            raise SignInThrottled(
+                f"too many failed sign-ins for {shown(name)!r}: try again in {minutes} minute(s), at "
+                f"{row.locked_until.strftime('%H:%M')} UTC (or ask an admin to check the account)"
+            )
+
+    def _sign_in_failed(self, name: str) -> None:
+        """Count one failed sign-in of ``name``; the :data:`MAX_FAILED_SIGN_INS`-th starts a cool-down."""
+        for attempt in range(2):  # a concurrent first failure may insert the row first: count again
+            try:
+                with self.store.session() as s:
+                    self._count_failure(s, name)
+                return
+            except IntegrityError:
+                if attempt:
+                    raise
+
+    def _count_failure(self, s: Session, name: str) -> None:
+        now = self._now()
+        query = select(SignInFailureRow).where(SignInFailureRow.name == name)
+        if self.store.dialect == "postgresql":
+            query = query.with_for_update()
+        row = s.scalars(query).first()
+        if row is None:
+            row = SignInFailureRow(name=name, failures=0, window_start=now, locked_until=None)
+            s.add(row)
+        elif row.window_start <= now - SIGN_IN_WINDOW or (row.locked_until and row.locked_until <= now):
+            row.failures, row.window_start, row.locked_until = 0, now, None
+        row.failures += 1
+        if row.failures >= MAX_FAILED_SIGN_INS:
+            row.locked_until = now + SIGN_IN_COOLDOWN
+        s.flush()
 
     # ------------------------------------------------------------------------------------------------
     # suggestions and decisions
@@ -777,8 +883,19 @@ class ReviewService:
                 return f"suggestion {suggestion_id} no longer exists"
             return self._execution_refusal(s, row)
 
-    def claim(self, worker: str, lease_seconds: float = 60.0) -> Claim | None:
+    def require_executor(self, actor: User) -> User:
+        """``actor`` as stored now, when its role may launch suggestions (:data:`EXECUTOR_ROLE` or
+        higher); :class:`PermissionDenied` otherwise."""
+        with self.store.session() as s:
+            row = self._require(s, actor, EXECUTOR_ROLE, "running the worker (launching suggestions)")
+            return User(id=row.id, name=row.name, role=cast(Role, row.role), created_at=row.created_at)
+
+    def claim(self, actor: User, worker: str, lease_seconds: float = 60.0) -> Claim | None:
         """Take the next approved (or abandoned executing) suggestion for ``worker``, or ``None``.
+
+        ``actor`` is the user the worker runs as: its role must allow executing
+        (:data:`EXECUTOR_ROLE` or higher), checked on every claim. ``worker`` is restricted to
+        :data:`~transferlab.human_review.text.WORKER_ID` (it goes into the audit trail).
 
         Exactly one worker wins a suggestion: a conditional UPDATE (row count 1 wins; on PostgreSQL the
         row is picked with ``FOR UPDATE SKIP LOCKED``). An ``executing`` suggestion whose lease ran out
@@ -786,12 +903,15 @@ class ReviewService:
         decider's role is re-checked; if it no longer allows the risk, the suggestion goes to
         ``failed`` and nothing is handed out for it.
         """
-        if not isinstance(worker, str) or not worker.strip() or len(worker) > 100:
-            raise ReviewError("worker id must be 1 to 100 characters")
+        try:
+            check_worker_id(worker)
+        except ValueError as e:
+            raise ReviewError(str(e)) from None
         if not (isinstance(lease_seconds, int | float) and 0 < lease_seconds <= 7 * 24 * 3600):
             raise ReviewError("lease_seconds must be in (0, 604800]")
-        actor = f"worker:{worker}"
+        who = f"worker:{worker}"
         with self.store.session() as s:
+            runner = self._require(s, actor, EXECUTOR_ROLE, "running the worker (launching suggestions)")
             now = self._now()
             claimable = or_(
                 SuggestionRow.state.in_(_READY),
@@ -812,19 +932,20 @@ class ReviewService:
                     refusal = self._execution_refusal(s, row)
                     if refusal is not None:
                         self._move(
-                            s, row, "failed", actor, refusal, strict=False, reason=refusal, lease_until=None
+                            s, row, "failed", who, refusal, strict=False, reason=refusal, lease_until=None
                         )
                         continue
                 why = (
                     f"lease of worker {row.worker} (attempt {row.attempt}) ran out; taken over"
                     if row.state == "executing"
                     else "claimed"
-                )
+                ) + f" (worker runs as {runner.name})"
                 until = now + timedelta(seconds=lease_seconds)
                 values = {"worker": worker, "attempt": row.attempt + 1, "lease_until": until}
-                if self._move(s, row, "executing", actor, why, where=[claimable], strict=False, **values):
+                if self._move(s, row, "executing", who, why, where=[claimable], strict=False, **values):
                     campaign = parse_action(row.action).to_campaign().to_dict()
-                    return Claim(row.id, campaign, idempotency_key(row.id), worker, row.attempt, until)
+                    key = idempotency_key(self.store.store_id, row.id)
+                    return Claim(row.id, campaign, key, worker, row.attempt, until)
 
     def _held(self, s: Session, claim: Claim) -> SuggestionRow:
         """The claimed row, if ``claim`` still holds it; :class:`InvalidTransition` otherwise."""
@@ -894,17 +1015,79 @@ class ReviewService:
     # ------------------------------------------------------------------------------------------------
 
     def rate(self, actor: User, subject: str, score: float, comment: str = "") -> int:
-        """Store a 0-10 rating of ``subject`` (a report, ``suggestion-<id>``, ...); its id."""
-        what = _text(subject, "subject", required=True, limit=200)
+        """Store a 0-10 rating of ``subject`` (a report, ``suggestion-<id>``, ...); its id.
+
+        One rating per rater and subject: a second one replaces the first (same id), and the change
+        (old and new score and comment) is kept in the append-only rating changes
+        (:meth:`rating_changes`). Nobody rates a report they added or a suggestion they submitted.
+        """
+        what = cast(str, _text(subject, "subject", required=True, limit=200))
         if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 10:
             raise ReviewError(f"score={score!r:.40} must be a number from 0 to 10")
         note = _text(comment, "comment") or ""
-        with self.store.session() as s:
-            user = self._require(s, actor, "reviewer", "rating")
-            row = RatingRow(subject=what, score=float(score), rater=user.name, comment=note, at=self._now())
+        for attempt in range(2):  # a concurrent first rating may insert the row first: replace it then
+            try:
+                with self.store.session() as s:
+                    user = self._require(s, actor, "reviewer", "rating")
+                    self._refuse_own_subject(s, user, what)
+                    return self._upsert_rating(s, user.name, what, float(score), note)
+            except IntegrityError:
+                if attempt:
+                    raise ReviewError(f"{what} was rated meanwhile; try again") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _refuse_own_subject(s: Session, user: UserRow, subject: str) -> None:
+        """:class:`PermissionDenied` when ``subject`` is a report ``user`` added or a suggestion they
+        submitted."""
+        report_id, suggestion_id = _report_id(subject), _suggestion_id(subject)
+        author = None
+        if report_id is not None:
+            author = s.scalar(select(ReportRow.created_by).where(ReportRow.id == report_id))
+        elif suggestion_id is not None:
+            author = s.scalar(select(SuggestionRow.submitted_by).where(SuggestionRow.id == suggestion_id))
+        if author == user.name:
+            raise PermissionDenied(f"{user.name} added {subject}; someone else must rate it")
+
+    def _upsert_rating(self, s: Session, rater: str, subject: str, score: float, comment: str) -> int:
+        """Insert the rating, or replace ``rater``'s earlier one and record the change."""
+        query = select(RatingRow).where(RatingRow.rater == rater, RatingRow.subject == subject)
+        if self.store.dialect == "postgresql":
+            query = query.with_for_update()
+        now = self._now()
+        row = s.scalars(query).first()
+        if row is None:
+            row = RatingRow(subject=subject, score=score, rater=rater, comment=comment, at=now)
             s.add(row)
-            s.flush()
-            return row.id
+        else:
+            s.add(
+                RatingChangeRow(
+                    subject=subject,
+                    rater=rater,
+                    old_score=row.score,
+                    new_score=score,
+                    old_comment=row.comment,
+                    new_comment=comment,
+                    at=now,
+                )
+            )
+            row.score, row.comment, row.at = score, comment, now
+        s.flush()
+        return row.id
+
+    def rating_changes(self, actor: User, subject: str | None = None) -> builtins.list[RatingChange]:
+        """Every replaced rating (of ``subject`` when given), oldest first."""
+        with self.store.session() as s:
+            self._require(s, actor, "viewer", "reading rating changes")
+            query = select(RatingChangeRow).order_by(RatingChangeRow.id)
+            if subject is not None:
+                query = query.where(RatingChangeRow.subject == subject)
+            return [
+                RatingChange(
+                    c.id, c.subject, c.rater, c.old_score, c.new_score, c.old_comment, c.new_comment, c.at
+                )
+                for c in s.scalars(query)
+            ]
 
     def ratings(self, actor: User, subject: str | None = None) -> builtins.list[Rating]:
         """Every rating (of ``subject`` when given), oldest first."""
@@ -971,13 +1154,15 @@ class ReviewService:
             return row.id
 
     def reports(self, actor: User, unrated_by: User | None = None) -> builtins.list[Report]:
-        """Every report, oldest first; with ``unrated_by``, only those that user has not rated yet."""
+        """Every report, oldest first; with ``unrated_by``, only those that user may still rate (not
+        rated yet, and not added by them)."""
         with self.store.session() as s:
             self._require(s, actor, "viewer", "reading reports")
             query = select(ReportRow).order_by(ReportRow.id)
             if unrated_by is not None:
                 rated = select(RatingRow.subject).where(RatingRow.rater == unrated_by.name)
                 query = query.where((literal("report-") + cast_(ReportRow.id, String)).not_in(rated))
+                query = query.where(ReportRow.created_by != unrated_by.name)
             return [self._report(r) for r in s.scalars(query)]
 
     def report(self, actor: User, report_id: int) -> Report:

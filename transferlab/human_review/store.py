@@ -16,6 +16,7 @@ Audit rows are append-only, enforced by the database (triggers) and by the sessi
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -28,16 +29,20 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
     TypeDecorator,
     create_engine,
+    delete,
     event,
+    insert,
+    inspect,
     select,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -46,9 +51,12 @@ __all__ = [
     "Base",
     "ExecutionRow",
     "FeedbackRow",
+    "RatingChangeRow",
     "RatingRow",
     "ReportRow",
     "ReviewStore",
+    "SignInFailureRow",
+    "StoreMetaRow",
     "SuggestionRow",
     "UserRow",
     "default_url",
@@ -57,6 +65,8 @@ __all__ = [
 ]
 
 ENV_DB = "TRANSFERLAB_REVIEW_DB"
+RATINGS_UNIQUE_INDEX = "uq_ratings_rater_subject"
+STORE_ID_KEY = "store_id"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
@@ -191,9 +201,14 @@ class FeedbackRow(Base):
 
 
 class RatingRow(Base):
-    """A 0-10 rating of a report or suggestion by a person (later a reward for the ops environment)."""
+    """A 0-10 rating of a report or suggestion by a person (later a reward for the ops environment).
+
+    One per rater and subject (a unique index): a new rating replaces the old one, and the change is
+    kept in :class:`RatingChangeRow`.
+    """
 
     __tablename__ = "ratings"
+    __table_args__ = (Index(RATINGS_UNIQUE_INDEX, "rater", "subject", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     subject: Mapped[str] = mapped_column(String(200), index=True)
@@ -201,6 +216,41 @@ class RatingRow(Base):
     rater: Mapped[str] = mapped_column(String(64))
     comment: Mapped[str] = mapped_column(Text, default="")
     at: Mapped[datetime]
+
+
+class RatingChangeRow(Base):
+    """A rating replaced by its rater's newer one: old and new score and comment (append-only)."""
+
+    __tablename__ = "rating_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    subject: Mapped[str] = mapped_column(String(200), index=True)
+    rater: Mapped[str] = mapped_column(String(64))
+    old_score: Mapped[float] = mapped_column(Float)
+    new_score: Mapped[float] = mapped_column(Float)
+    old_comment: Mapped[str] = mapped_column(Text, default="")
+    new_comment: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime]
+
+
+class SignInFailureRow(Base):
+    """Failed sign-ins of one user name in the current window, and the end of its cool-down."""
+
+    __tablename__ = "sign_in_failures"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    window_start: Mapped[datetime]
+    locked_until: Mapped[datetime | None]
+
+
+class StoreMetaRow(Base):
+    """Facts about the store itself, e.g. its random id (``store_id``), written once."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
 
 
 class ReportRow(Base):
@@ -218,26 +268,78 @@ class ReportRow(Base):
     created_by: Mapped[str] = mapped_column(String(64))
 
 
-_SQLITE_APPEND_ONLY = [
-    "CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit "
-    "BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END",
-    "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit "
-    "BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END",
-]
+_APPEND_ONLY_TABLES = ("audit", "rating_changes")
+
+
+def _sqlite_append_only(table: str) -> list[str]:
+    return [
+        f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
+        "BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END"
+        for op in ("UPDATE", "DELETE")
+    ]
+
+
+def _pg_append_only(table: str) -> str:
+    return (
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{table}_append_only' "
+        f"AND tgrelid = '{table}'::regclass) THEN CREATE TRIGGER {table}_append_only BEFORE UPDATE OR "
+        f"DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION audit_append_only(); END IF; END $$"
+    )
+
+
+_SQLITE_APPEND_ONLY = [stmt for table in _APPEND_ONLY_TABLES for stmt in _sqlite_append_only(table)]
 _PG_APPEND_ONLY = [
     "CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS "
     "$$ BEGIN RAISE EXCEPTION 'audit rows are append-only'; END $$",
-    "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'audit_append_only' "
-    "AND tgrelid = 'audit'::regclass) THEN CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE "
-    "ON audit FOR EACH ROW EXECUTE FUNCTION audit_append_only(); END IF; END $$",
+    *(_pg_append_only(table) for table in _APPEND_ONLY_TABLES),
 ]
 _PG_SCHEMA_LOCK = 0x7E1AB  # advisory lock: processes starting together create the schema one at a time
 
 
 def _refuse_audit_changes(session: Session, flush_context: Any, instances: Any) -> None:
     """Session guard: an audit row loaded from the database is never updated or deleted."""
-    if any(isinstance(o, AuditEntry) for o in (*session.dirty, *session.deleted)):
+    if any(isinstance(o, AuditEntry | RatingChangeRow) for o in (*session.dirty, *session.deleted)):
         raise ValueError("audit rows are append-only: add a new row instead of changing one")
+
+
+def _store_id(connection: Connection) -> str:
+    """The store's random id, created on first use (also for stores made before ids existed)."""
+    found = connection.execute(select(StoreMetaRow.value).where(StoreMetaRow.key == STORE_ID_KEY)).scalar()
+    if found is not None:
+        return str(found)
+    new = secrets.token_hex(8)
+    connection.execute(insert(StoreMetaRow).values(key=STORE_ID_KEY, value=new))
+    return new
+
+
+def _one_rating_per_rater(connection: Connection) -> None:
+    """The unique (rater, subject) index; a store made before it keeps each rater's newest rating
+    of a subject and records every older one it replaces in ``rating_changes``."""
+    names = {ix["name"] for ix in inspect(connection).get_indexes("ratings")}
+    if RATINGS_UNIQUE_INDEX in names:
+        return
+    newest: dict[tuple[str, str], Any] = {}
+    query = select(RatingRow.id, RatingRow.rater, RatingRow.subject, RatingRow.score, RatingRow.comment)
+    for row in connection.execute(query.add_columns(RatingRow.at).order_by(RatingRow.id)).mappings().all():
+        key = (row["rater"], row["subject"])
+        old = newest.get(key)
+        if old is not None:
+            connection.execute(
+                insert(RatingChangeRow).values(
+                    subject=row["subject"],
+                    rater=row["rater"],
+                    old_score=old["score"],
+                    new_score=row["score"],
+                    old_comment=old["comment"],
+                    new_comment=row["comment"],
+                    at=row["at"],
+                )
+            )
+            connection.execute(delete(RatingRow).where(RatingRow.id == old["id"]))
+        newest[key] = row
+    connection.exec_driver_sql(
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {RATINGS_UNIQUE_INDEX} ON ratings (rater, subject)"
+    )
 
 
 class ReviewStore:
@@ -250,7 +352,7 @@ class ReviewStore:
     def __init__(self, url: str | None = None, *, echo: bool = False) -> None:
         self.url = url or default_url()
         self.engine: Engine = self._create_engine(self.url, echo)
-        self._create_schema()
+        self.store_id: str = self._create_schema()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         event.listen(self._sessions, "before_flush", _refuse_audit_changes)
 
@@ -287,8 +389,9 @@ class ReviewStore:
 
         return engine
 
-    def _create_schema(self) -> None:
-        """Tables (when missing) and the append-only triggers on ``audit``, in one transaction."""
+    def _create_schema(self) -> str:
+        """Tables (when missing), the append-only triggers, the one-rating-per-rater index and the
+        store's id, in one transaction; returns the store id."""
         postgres = self.dialect == "postgresql"
         with self.engine.begin() as connection:
             if postgres:
@@ -296,6 +399,8 @@ class ReviewStore:
             Base.metadata.create_all(connection)
             for statement in _PG_APPEND_ONLY if postgres else _SQLITE_APPEND_ONLY:
                 connection.exec_driver_sql(statement)
+            _one_rating_per_rater(connection)
+            return _store_id(connection)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

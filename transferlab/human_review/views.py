@@ -30,6 +30,7 @@ from transferlab.human_review.service import (
     User,
     report_subject,
 )
+from transferlab.human_review.text import shown
 from transferlab.simulator.market import PROMO_CATEGORIES, TARGETS
 
 __all__ = [
@@ -255,7 +256,7 @@ def executed_rows(views: Sequence[SuggestionView]) -> list[dict[str, Any]]:
                 "key": result.get("key", v.idempotency_key),
                 "outcome": ", ".join(f"{k}={float(x):.3g}" for k, x in outcome.items())
                 or ("matures later" if v.state == "executed" else ""),
-                "note": v.reason if v.state == "failed" else "",
+                "note": shown(v.reason) if v.state == "failed" else "",
             }
         )
     return rows
@@ -348,7 +349,7 @@ def own_rating_rows(ratings: Sequence[Rating], reports: Sequence[Report], rater:
                 "report": report.id,
                 "task": report.task_id,
                 "score": rating.score,
-                "comment": rating.comment,
+                "comment": shown(rating.comment),
                 "at": rating.at.strftime("%Y-%m-%d %H:%M UTC"),
             }
         )
@@ -374,16 +375,17 @@ def _json(value: Any) -> str:
 
 
 def audit_rows(rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
-    """The audit trail as flat rows (before/after as JSON text)."""
+    """The audit trail as flat rows (before/after as JSON text); actor and reason pass through
+    :func:`~transferlab.human_review.text.shown`, so no control character reaches a screen or a CSV."""
     return [
         {
             "id": r.id,
             "suggestion": r.suggestion_id,
-            "actor": r.actor,
+            "actor": shown(r.actor),
             "at": r.at.isoformat(),
             "from": r.from_state or "",
             "to": r.to_state,
-            "reason": r.reason or "",
+            "reason": shown(r.reason),
             "before": _json(r.before),
             "after": _json(r.after),
         }

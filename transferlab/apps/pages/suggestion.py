@@ -9,6 +9,7 @@ import streamlit as st
 from transferlab.apps.pages._common import signed_in
 from transferlab.human_review import views
 from transferlab.human_review.service import ReviewError
+from transferlab.human_review.text import shown
 
 svc, user = signed_in()
 st.title("Suggestion")
@@ -88,7 +89,7 @@ with details:
     conf_col.metric("Confidence", f"{v.confidence:.0%}")
     st.text(f"submitted by {v.submitted_by}; expires {v.expires_at:%Y-%m-%d %H:%M} UTC")
     if v.decided_by:
-        st.text(f"decided by {v.decided_by}" + (f": {v.reason}" if v.reason else ""))
+        st.text(f"decided by {shown(v.decided_by)}" + (f": {shown(v.reason)}" if v.reason else ""))
     left, right = st.columns(2)
     left.subheader("Action")
     left.code(json.dumps(v.action, indent=2), language="json")
