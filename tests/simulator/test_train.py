@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import random
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -265,3 +271,102 @@ def test_open_train_run_resumes_an_unfinished_run(tmp_path: Path) -> None:
         open_train_run(config, run.dir, tmp_path, options_given=True)
     fresh, resume = open_train_run(config, None, tmp_path / "root")
     assert not resume and fresh.dir.parent == tmp_path / "root" / "sim-train"
+
+
+SIM_CHILD = """
+import sys
+from pathlib import Path
+import torch
+from transferlab.simulator.envs.campaign import EpisodeConfig, WorldMarket
+from transferlab.simulator.train import CHECKPOINT_FILE, SimTrainConfig, open_train_run, train_policy
+from transferlab.simulator.world_config import WorldConfig
+
+torch.set_num_threads(1)
+run_dir = Path(sys.argv[1])
+config = SimTrainConfig.from_file(sys.argv[2])
+run, resume = open_train_run(config, run_dir, run_dir.parent.parent)
+market = WorldMarket(WorldConfig(n_customers=50), n_envs=config.n_envs)
+with run:
+    train_policy(
+        market, run.load_config(SimTrainConfig), logger=run.logger, checkpoint=run.dir / CHECKPOINT_FILE,
+        resume=resume, progress=lambda message, fraction: print("iteration", flush=True),
+    )
+"""
+"""``transferlab sim train``'s run handling and trainer on a small world; one line per iteration."""
+
+
+def _small_world_config() -> SimTrainConfig:
+    return SimTrainConfig(
+        n_envs=4,
+        max_minutes=None,
+        max_episodes=4 * 12,
+        minibatch_size=16,
+        checkpoint_every=3,
+        episode=EpisodeConfig(horizon=5, warmup_days=0, settle_days=0),
+    )
+
+
+@pytest.mark.slow
+def test_sim_training_killed_twice_and_resumed_logs_each_iteration_once(tmp_path: Path) -> None:
+    from transferlab.platform.metrics import read_metrics
+    from transferlab.platform.runstore import Run
+    from transferlab.simulator.world_config import WorldConfig
+
+    config = _small_world_config()
+    whole = train_policy(WorldMarket(WorldConfig(n_customers=50), n_envs=4), config, logger=MemoryLogger())
+    script, cfg = tmp_path / "child.py", tmp_path / "cfg.json"
+    script.write_text(SIM_CHILD)
+    config.save(cfg)
+    run_dir = tmp_path / "runs" / "sim-train" / "killed"
+    command = [sys.executable, str(script), str(run_dir), str(cfg)]
+    rng = random.Random(7)
+    for lines in (rng.randint(2, 5), rng.randint(1, 3)):  # SIGKILL after that many iterations (+ a bit)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        for _ in range(lines):
+            assert proc.stdout.readline() == b"iteration\n"
+        time.sleep(rng.uniform(0.0, 0.05))
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL
+        assert Run(run_dir).status == "interrupted"
+    done = subprocess.run(
+        [sys.executable, str(script), str(run_dir), str(cfg)], capture_output=True, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+    metrics = read_metrics(run_dir / "metrics.parquet")
+    assert not metrics.duplicated(["step", "key"]).any()
+    assert sorted(set(metrics["step"])) == list(range(12))
+    for step, row in enumerate(whole.history):
+        logged = metrics[metrics["step"] == step].set_index("key")["value"]
+        expected = {k: v for k, v in row.items() if math.isfinite(v)}
+        assert set(logged.index) == set(expected), step
+        for key, value in expected.items():
+            if not key.startswith("time/"):  # wall-clock timings differ between runs
+                assert logged[key] == value, (step, key)
+    meta = Run(run_dir).meta
+    assert meta["status"] == "finished" and len(meta["resumed_at"]) == 2
+
+
+def test_sim_train_refuses_a_run_another_process_owns(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from transferlab.platform.cli import app
+    from transferlab.simulator.train import open_train_run
+
+    run_dir = tmp_path / "runs" / "sim-train" / "busy"
+    run, _ = open_train_run(_small_world_config(), run_dir, tmp_path / "runs")
+    run.release()
+    hold = "import sys, time\nfrom transferlab.platform.runstore import Run\nRun(sys.argv[1]).acquire()\n"
+    hold += "print('holding', flush=True)\ntime.sleep(600)\n"
+    proc = subprocess.Popen([sys.executable, "-c", hold, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        args = ["sim", "train", "--simulator", str(tmp_path / "sim"), "--logs", str(tmp_path / "logs")]
+        res = CliRunner().invoke(app, [*args, "--run-dir", str(run_dir)])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert res.exit_code == 2, res.output
+    assert f"error: run {run_dir.resolve()} is in use by pid {proc.pid}" in res.output
+    assert res.output.count("error:") == 1
