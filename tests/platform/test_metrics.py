@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from transferlab.platform.metrics import (
     MetricsLogger,
     MultiLogger,
     ParquetLogger,
+    drop_logged_after,
     read_metrics,
     validate_key,
     wide_metrics,
@@ -190,3 +192,33 @@ def test_multi_logger_fans_out_and_validates_first(tmp_path: Path) -> None:
     pd.testing.assert_series_equal(
         read_metrics(path)["value"], pd.Series([1.0], name="value"), check_index_type=False
     )
+
+
+class _Prefixed:
+    """A key-prefixing wrapper like ops training's PrefixLogger: forwards to ``inner``."""
+
+    def __init__(self, inner: MetricsLogger) -> None:
+        self.inner = inner
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.inner.log(step, {f"ops/{k}": v for k, v in metrics.items()})
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_drop_logged_after_reaches_every_logger_that_keeps_rows(tmp_path: Path) -> None:
+    memory, parquet = MemoryLogger(), ParquetLogger(tmp_path / "m.parquet")
+    fan = MultiLogger(_Prefixed(memory), parquet, ConsoleLogger(file=io.StringIO()))
+    for step in range(5):
+        fan.log(step, {"train/loss": float(step)})
+    fan.flush()
+    assert drop_logged_after(fan, 2) == 2
+    assert [r[0] for r in memory.rows] == [0, 1, 2] and memory.keys() == ["ops/train/loss"]
+    assert read_metrics(parquet.path)["step"].tolist() == [0, 1, 2]  # rewritten on disk at once
+    assert drop_logged_after(memory, -1) == 3 and memory.rows == []
+    assert drop_logged_after(ConsoleLogger(file=io.StringIO()), 0) == 0
+    assert drop_logged_after(None, 0) == 0

@@ -25,7 +25,7 @@ from transferlab.coding_rl.trainers.rl import (
     step_seed,
     train_rl,
 )
-from transferlab.platform.metrics import MemoryLogger, ParquetLogger, read_metrics, wide_metrics
+from transferlab.platform.metrics import MemoryLogger, MultiLogger, ParquetLogger, read_metrics, wide_metrics
 from transferlab.platform.trajectory import StepRecord, Trajectory
 
 TINY = {"n_layer": 1, "d_model": 32, "n_head": 2, "seed": 0}
@@ -289,6 +289,19 @@ def test_a_killed_run_resumed_from_its_checkpoint_ends_exactly_like_an_uninterru
     wide = wide_metrics(metrics_file)
     for key in ("rollout/return", "rollout/action_tokens", "loss/total", "train/grad_norm"):
         assert wide[key].tolist() == [h[key] for h in straight.history], key
+
+
+def test_resuming_before_the_first_checkpoint_drops_the_killed_attempts_rows(
+    policy: Any, tok: Any, tasks: list[CodeTask], tmp_path: Path
+) -> None:
+    memory = MemoryLogger()
+    memory.log(4, {"sft/loss": 1.0})  # an earlier phase, below step_offset: kept
+    memory.log(5, {"rollout/return": -999.0})  # the killed attempt's first step, never checkpointed
+    config = rl_config(steps=2, checkpoint_every=0)
+    train_rl(policy, tok, tasks, config, tmp_path, MultiLogger(memory), resume=True, step_offset=5)
+    rows = memory.to_frame()
+    assert not rows.duplicated(["step", "key"]).any()
+    assert sorted(rows["step"].unique()) == [4, 5, 6] and -999.0 not in rows["value"].tolist()
 
 
 def test_resuming_a_grpo_run_as_ppo_is_refused(
