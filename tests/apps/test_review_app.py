@@ -132,6 +132,24 @@ def test_sign_in_with_password_then_wrong_password(seeded: Seeded) -> None:
     assert [m.value for m in at.metric][:1] == ["2"]  # the queue is the default page: 2 pending
 
 
+def test_repeated_failed_sign_ins_are_throttled_across_sessions(seeded: Seeded) -> None:
+    from transferlab.human_review.service import MAX_FAILED_SIGN_INS
+
+    for _ in range(MAX_FAILED_SIGN_INS):  # each a fresh browser session: the count lives in the store
+        at = AppTest.from_file(str(REVIEW_APP), default_timeout=30).run()
+        at.text_input(key="sign_in_name").input("rita")
+        at.text_input(key="sign_in_password").input("wrong-guess")
+        at.button[0].click().run()
+        assert "unknown user or wrong password" in " ".join(errors(at))
+    at = AppTest.from_file(str(REVIEW_APP), default_timeout=30).run()
+    at.text_input(key="sign_in_name").input("rita")
+    at.text_input(key="sign_in_password").input("pass-word-rita")
+    at.button[0].click().run()
+    assert "too many failed sign-ins for 'rita': try again in 15 minute(s)" in " ".join(errors(at))
+    assert "user" not in at.session_state
+    assert seeded.svc.authenticate("sam", "pass-word-sam").name == "sam"  # other names are not affected
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_every_page_renders_for_every_role(seeded: Seeded, role: str) -> None:
     for page, title in PAGES.items():

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -312,3 +316,213 @@ def test_reports_queue_refusals(review: Review) -> None:
     assert bad.exit_code == 2 and "--tasks" in _one_error_line(bad)
     no_password = review("reports", "list", user="bob", password="")
     assert no_password.exit_code == 2 and "TRANSFERLAB_PASSWORD" in _one_error_line(no_password)
+
+
+# --------------------------------------------------------------------------------- storage failures
+
+
+def _no_traceback(result: Any) -> str:
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+    return _one_error_line(result)
+
+
+def _checkpoint(db: Path) -> None:
+    """Move everything into the main file (the WAL emptied), as a closed database would be."""
+    import gc
+    import sqlite3
+
+    gc.collect()
+    with sqlite3.connect(db) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+
+
+@pytest.mark.parametrize("damage", ["header", "pages"])
+def test_a_corrupted_database_gives_one_error_line_and_is_left_alone(review: Review, damage: str) -> None:
+    assert review("submit", review.file("s.json", SUGGESTION), user="bob").exit_code == 0
+    db = review.root / "review.db"
+    _checkpoint(db)
+    data = bytearray(db.read_bytes())
+    page = 4096
+    if damage == "header":
+        data[:100] = b"\xa5" * 100
+    else:  # every page but the first: the tables' b-trees are garbage
+        data[page:] = bytes((i * 7 + 3) % 256 for i in range(len(data) - page))
+    db.write_bytes(bytes(data))
+    for args, user in ((("list",), "ada"), (("submit", review.file("t.json", SUGGESTION)), "bob")):
+        line = _no_traceback(review(*args, user=user))
+        assert "is corrupted" in line and "restore it from a backup" in line, line
+    assert db.read_bytes() == bytes(data)  # nothing written into the damaged file
+
+
+def test_a_corrupted_market_journal_gives_one_error_line(review: Review, logs_dir: Path) -> None:
+    market = review.root / "market"
+    init = runner.invoke(app, ["review", "market", "init", "--dir", str(market), "--logs", str(logs_dir)])
+    assert init.exit_code == 0, init.output
+    sid = review("submit", review.file("s.json", SUGGESTION), user="bob").stdout.strip()
+    assert review("decide", sid, "approve", user="cy").exit_code == 0
+    journal = market / "market.json"
+    broken = journal.read_bytes()[:-200]  # cut off mid-way, as a torn copy would be
+    journal.write_bytes(broken)
+    advance = runner.invoke(app, ["review", "market", "advance", "--dir", str(market), "--days", "1"])
+    line = _no_traceback(advance)
+    assert f"the market journal {journal} is corrupted (not valid JSON" in line
+    worker = review("worker", "--once", user="ada")
+    assert "is corrupted" in _no_traceback(worker)
+    assert journal.read_bytes() == broken
+    shown = json.loads(review("show", sid, "--json", user="ada").stdout)
+    assert shown["state"] in ("approved", "executing") and shown["executions"] == 0  # nothing recorded
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (needs root and mount; CI runs as root), unmounted at the end."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tiny tmpfs needs root")
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def _fill(directory: Path) -> Path:
+    """Fill the filesystem of ``directory`` to the last block; the filler file."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_gives_one_error_line_and_changes_nothing(tiny_disk: Path, count_rows: Any) -> None:
+    import sqlite3
+
+    from transferlab.human_review.market import MarketGateway
+    from transferlab.human_review.store import ReviewStore
+    from transferlab.simulator.world_config import WorldConfig
+
+    r = Review(tiny_disk)
+    assert (
+        r("users", "add", "ada", "--role", "admin", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["ada"]).exit_code == 0
+    )
+    added = r(
+        "users", "add", "bob", "--role", "reviewer", user="ada", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["bob"]
+    )
+    assert added.exit_code == 0, added.output
+    MarketGateway.create(tiny_disk / "market", WorldConfig(n_customers=50, seed=1))
+    db, journal = tiny_disk / "review.db", tiny_disk / "market" / "market.json"
+    _checkpoint(db)
+    before = count_rows(ReviewStore(r.url))
+    suggestion = SUGGESTION | {"reasoning": "x" * 3000}
+    path = Path(r.file("s.json", suggestion))
+    filler = _fill(tiny_disk)
+    journal_before = journal.read_bytes()
+
+    submitted = r("submit", str(path), user="bob")
+    line = _no_traceback(submitted)
+    assert "the disk holding the review database is full" in line and "nothing was changed" in line
+    advanced = runner.invoke(app, ["review", "market", "advance", "--dir", str(journal.parent)])
+    line = _no_traceback(advanced)
+    assert "is full" in line and "free space" in line
+    assert journal.read_bytes() == journal_before
+    assert [p.name for p in journal.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+    filler.unlink()
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    connection.close()
+    assert count_rows(ReviewStore(r.url)) == before  # the refused submit left no row behind
+    assert r("submit", str(path), user="bob").exit_code == 0  # with space again it works
+
+
+# ------------------------------------------------------------------------------ identity and audit
+
+
+def test_the_worker_needs_a_role_that_may_execute_and_a_plain_id(review: Review, logs_dir: Path) -> None:
+    market = review.root / "market"
+    assert (
+        runner.invoke(
+            app, ["review", "market", "init", "--dir", str(market), "--logs", str(logs_dir)]
+        ).exit_code
+        == 0
+    )
+    sid = review("submit", review.file("s.json", SUGGESTION), user="bob").stdout.strip()
+    assert review("decide", sid, "approve", user="cy").exit_code == 0
+    as_reviewer = review("worker", "--once", user="bob")
+    assert as_reviewer.exit_code == 3 and "needs the approver role" in _one_error_line(as_reviewer)
+    forged = review("worker", "--once", "--worker-id", "w1\n2025-03-01 ada: pending -> approved", user="cy")
+    assert forged.exit_code == 2 and "--worker-id: worker id" in _one_error_line(forged)
+    assert json.loads(review("show", sid, "--json", user="ada").stdout)["state"] == "approved"
+    worked = review("worker", "--once", user="cy")  # an approver may; the default id is a plain one
+    assert worked.exit_code == 0 and "executed 1" in worked.stdout, worked.output
+    audit = json.loads(review("show", sid, "--json", user="ada").stdout)["audit"]
+    assert re.fullmatch(r"worker:cy\.[A-Za-z0-9_.@-]{1,61}", audit[-1]["actor"]), audit[-1]["actor"]
+
+
+def test_show_escapes_free_text_so_audit_lines_cannot_be_forged(review: Review) -> None:
+    sid = review("submit", review.file("s.json", SUGGESTION), user="bob").stdout.strip()
+    reason = "no\n  2025-03-01T09:00:00+00:00  cy: pending -> approved (looks safe)\x1b[2K"
+    assert review("decide", sid, "reject", "--reason", reason, user="cy").exit_code == 0
+    out = review("show", sid, user="ada").stdout
+    audit = out[out.index("audit:") :].splitlines()[1:]
+    assert len(audit) == 2 and "\x1b" not in out  # submitted and rejected: two lines, no escape code
+    forged = "no\\n  2025-03-01T09:00:00+00:00  cy: pending -> approved (looks safe)\\x1b[2K"
+    assert audit[1].endswith(f"cy: pending -> rejected ({forged})")
+    assert json.loads(review("show", sid, "--json", user="ada").stdout)["reason"] == reason  # stored as given
+
+
+def test_users_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
+    """``users add`` on a real pseudo-terminal: asked twice, a mismatch refused, a match stored."""
+    import pty
+    import select
+    import sys
+
+    from transferlab.human_review.service import ReviewService
+    from transferlab.human_review.store import ReviewStore
+
+    url = f"sqlite:///{tmp_path / 'review.db'}"
+
+    def add(name: str, answers: list[str]) -> tuple[int, str]:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the CLI with the pty as its terminal
+            argv = [sys.executable, "-c", "from transferlab.platform.cli import main; main()"]
+            argv += ["review", "users", "add", name, "--role", "admin", "--db", url]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFERLAB_")}
+            os.execve(sys.executable, argv, env)
+        out, pending = b"", list(answers)
+        while True:
+            ready, _, _ = select.select([fd], [], [], 120)
+            assert ready, f"no output from the CLI; so far: {out!r}"
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+            if pending and out.rstrip().endswith(b":"):
+                os.write(fd, pending.pop(0).encode() + b"\n")
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+    code, out = add("ada", ["first-secret", "other-secret"])
+    assert code == 2 and "password for ada:" in out and "the two passwords differ" in out
+    code, out = add("ada", ["first-secret", "first-secret"])
+    assert code == 0 and "added ada (admin)" in out, out
+    assert "first-secret" not in out  # never echoed
+    assert ReviewService(ReviewStore(url)).authenticate("ada", "first-secret").name == "ada"

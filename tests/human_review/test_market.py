@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transferlab.human_review.market import KeyConflict, LaunchReceipt, MarketGateway, MaturedResult
+from transferlab.human_review.market import (
+    KeyConflict,
+    LaunchReceipt,
+    MarketError,
+    MarketGateway,
+    MaturedResult,
+)
 from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
 from transferlab.simulator.market import OUTCOME_KEYS, CampaignAction
 from transferlab.simulator.world_config import WorldConfig
@@ -160,3 +166,41 @@ def test_refuses_a_different_market_in_the_same_directory(gateway: MarketGateway
         MarketGateway.create(gateway.directory, WORLD, history_days=11)
     with pytest.raises(FileNotFoundError, match=r"MarketGateway\.create"):
         MarketGateway(tmp_path / "nowhere")
+
+
+def _garble(path: Path) -> dict[str, bytes]:
+    """Damaged copies of a journal: truncated, garbled bytes, a missing field, a wrong type."""
+    text = path.read_bytes()
+    journal = json.loads(text)
+    no_day = {k: v for k, v in journal.items() if k != "day"}
+    bad_launch = {**journal, "launches": [{"key": 1, "day": 0, "action": {}, "campaign_id": None}]}
+    return {
+        "truncated": text[: len(text) // 2],
+        "garbled": text[:40] + b"\xff\xfe\x00garbage" + text[60:],
+        "empty": b"",
+        "not an object": b"[1, 2]",
+        "missing day": json.dumps(no_day).encode(),
+        "bad launch": json.dumps(bad_launch).encode(),
+    }
+
+
+@pytest.mark.parametrize(
+    "damage", ["truncated", "garbled", "empty", "not an object", "missing day", "bad launch"]
+)
+def test_a_corrupted_journal_is_refused_and_left_as_it_is(gateway: MarketGateway, damage: str) -> None:
+    gateway.launch(LOYAL, "suggestion-1")
+    broken = _garble(gateway.path)[damage]
+    gateway.path.write_bytes(broken)
+    fresh = MarketGateway(gateway.directory)
+    for call in (
+        lambda: fresh.launch(ALL, "suggestion-2"),
+        fresh.launches,
+        fresh.day,
+        lambda: fresh.advance(1),
+        fresh.results,
+        lambda: MarketGateway.create(gateway.directory, WORLD, history_days=10),
+    ):
+        with pytest.raises(MarketError, match=f"the market journal {gateway.path} is corrupted"):
+            call()
+    assert gateway.path.read_bytes() == broken  # never rewritten
+    assert [p.name for p in gateway.directory.iterdir() if p.name.endswith(".tmp")] == []

@@ -10,7 +10,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
+from transferlab.human_review.auth import MIN_PASSWORD_LENGTH
 from transferlab.human_review.service import (
+    MAX_FAILED_SIGN_INS,
     TRANSITIONS,
     AuthError,
     InvalidTransition,
@@ -18,10 +20,11 @@ from transferlab.human_review.service import (
     PermissionDenied,
     ReviewError,
     ReviewService,
+    SignInThrottled,
     SuggestionError,
     check_transition,
 )
-from transferlab.human_review.store import AuditEntry, ReviewStore
+from transferlab.human_review.store import AuditEntry, RatingRow, ReviewStore
 from transferlab.simulator.market import CampaignAction
 
 Make = Callable[..., dict[str, Any]]
@@ -460,3 +463,121 @@ def test_ratings_keep_subject_score_rater_and_time(team: Any, clock: Any) -> Non
             svc.rate(team.reviewer, "report", bad)
     with pytest.raises(PermissionDenied):
         svc.rate(team.viewer, "report", 5)
+
+
+def test_a_new_rating_replaces_the_old_one_and_the_change_is_audited(team: Any, clock: Any) -> None:
+    svc = team.svc
+    first = svc.rate(team.reviewer, "report-1", 4, "too vague")
+    clock.advance(minutes=5)
+    again = svc.rate(team.reviewer, "report-1", 8.5, "names the stock-out")
+    other = svc.rate(team.reviewer2, "report-1", 6)
+    assert again == first and other != first
+    rows = svc.ratings(team.viewer, "report-1")
+    assert [(r.rater, r.score, r.comment, r.at) for r in rows] == [
+        ("rita", 8.5, "names the stock-out", clock.now),
+        ("rob", 6.0, "", clock.now),
+    ]
+    (change,) = svc.rating_changes(team.viewer, "report-1")
+    assert (change.rater, change.old_score, change.new_score) == ("rita", 4.0, 8.5)
+    assert (change.old_comment, change.new_comment, change.at) == (
+        "too vague",
+        "names the stock-out",
+        clock.now,
+    )
+    with team.svc.store.session() as s, pytest.raises(DBAPIError, match="append-only"):
+        s.execute(sa.text("UPDATE rating_changes SET new_score = 0"))
+
+
+def test_the_database_allows_one_rating_per_rater_and_subject(team: Any) -> None:
+    team.svc.rate(team.reviewer, "report-1", 4)
+    with pytest.raises(sa.exc.IntegrityError), team.svc.store.session() as s:
+        s.add(RatingRow(subject="report-1", score=5.0, rater="rita", comment="", at=team.svc.now()))
+
+
+def test_nobody_rates_their_own_report_or_suggestion(
+    team: Any, make_suggestion: Make, count_rows: Any
+) -> None:
+    svc = team.svc
+    rid = svc.add_report(team.reviewer, "ops-0001", "why did sales fall?", "a stock-out", 6.0, "expert")
+    sid = svc.submit(team.reviewer, make_suggestion())
+    for subject in (f"report-{rid}", f"suggestion-{sid}"):
+        with pytest.raises(PermissionDenied, match=f"rita added {subject}; someone else must rate it"):
+            svc.rate(team.reviewer, subject, 9)
+    assert count_rows(svc.store)["ratings"] == 0
+    assert [r.id for r in svc.reports(team.reviewer, unrated_by=team.reviewer)] == []  # not offered
+    assert [r.id for r in svc.reports(team.reviewer2, unrated_by=team.reviewer2)] == [rid]
+    svc.rate(team.reviewer2, f"report-{rid}", 7)  # anyone else may
+
+
+def test_failed_sign_ins_are_throttled_per_name_and_reset_by_success(store: ReviewStore, clock: Any) -> None:
+    svc = ReviewService(store, clock=clock)
+    svc.add_user(None, "ada", "right-password", "admin")
+    for _ in range(MAX_FAILED_SIGN_INS - 1):
+        with pytest.raises(AuthError, match="wrong password"):
+            svc.authenticate("ada", "wrong-password")
+    assert svc.authenticate("ada", "right-password").name == "ada"  # a success resets the count
+    for _ in range(MAX_FAILED_SIGN_INS):
+        with pytest.raises(AuthError, match="wrong password"):
+            svc.authenticate("ada", "wrong-password")
+    other = ReviewService(ReviewStore(store.url), clock=clock)  # another process sees the same count
+    with pytest.raises(SignInThrottled, match=r"too many failed sign-ins for 'ada': try again in 15 minute"):
+        other.authenticate("ada", "right-password")  # even the right password waits out the cool-down
+    clock.advance(minutes=14)
+    with pytest.raises(SignInThrottled, match="try again in 1 minute"):
+        svc.authenticate("ada", "right-password")
+    clock.advance(minutes=1)
+    assert svc.authenticate("ada", "right-password").name == "ada"
+    other.store.dispose()
+
+
+def test_failures_outside_the_window_do_not_add_up(store: ReviewStore, clock: Any) -> None:
+    svc = ReviewService(store, clock=clock)
+    svc.add_user(None, "ada", "right-password", "admin")
+    for _ in range(2 * MAX_FAILED_SIGN_INS):
+        with pytest.raises(AuthError) as refused:
+            svc.authenticate("ada", "wrong-password")
+        assert not isinstance(refused.value, SignInThrottled)
+        clock.advance(minutes=4)  # at most 4 failures in any 15 minutes
+    for _ in range(MAX_FAILED_SIGN_INS):  # unknown names are counted too (no hint that they are unknown)
+        with pytest.raises(AuthError, match="unknown user or wrong password"):
+            svc.authenticate("nobody", "x")
+    with pytest.raises(SignInThrottled, match="'nobody'"):
+        svc.authenticate("nobody", "x")
+    assert svc.authenticate("ada", "right-password").name == "ada"  # per name
+
+
+def test_passwords_have_a_minimum_length(store: ReviewStore, count_rows: Any) -> None:
+    svc = ReviewService(store)
+    for short in ("", "x", "a" * (MIN_PASSWORD_LENGTH - 1)):
+        with pytest.raises(ReviewError, match=f"give at least {MIN_PASSWORD_LENGTH}"):
+            svc.add_user(None, "ada", short, "admin")
+    with pytest.raises(ReviewError, match="control characters"):
+        svc.add_user(None, "ada\nworker:forged", "long-enough", "admin")
+    assert count_rows(store)["users"] == 0
+    assert svc.add_user(None, "ada", "a" * MIN_PASSWORD_LENGTH, "admin").name == "ada"
+
+
+def test_only_approvers_and_admins_may_claim(team: Any, make_suggestion: Make) -> None:
+    svc = team.svc
+    approved(team, make_suggestion)
+    for user in (team.viewer, team.reviewer):
+        with pytest.raises(PermissionDenied, match=r"running the worker .* needs the approver role"):
+            svc.claim(user, "w1")
+        with pytest.raises(PermissionDenied, match="needs the approver role"):
+            svc.require_executor(user)
+    for bad in ("", "w 1", "w1\n2025-03-01 ada: pending -> approved", "w:1", "x" * 65, "\x1b[31mw"):
+        with pytest.raises(ReviewError, match=r"worker id .* is not allowed: use 1 to 64 letters"):
+            svc.claim(team.approver, bad)
+    assert svc.list(team.viewer, state="approved")  # nothing was claimed by the refusals
+    claim = svc.claim(team.approver, "w-1@host.42")
+    assert claim is not None
+    audit = svc.audit(team.viewer, claim.suggestion_id)[-1]
+    assert audit.actor == "worker:w-1@host.42" and audit.reason == "claimed (worker runs as alma)"
+
+
+def test_store_ids_are_random_per_store_and_kept(store: ReviewStore, tmp_path: Any) -> None:
+    again = ReviewStore(store.url)
+    other = ReviewStore(f"sqlite:///{tmp_path / 'other.db'}")
+    assert len(store.store_id) == 16 and again.store_id == store.store_id != other.store_id
+    again.dispose()
+    other.dispose()

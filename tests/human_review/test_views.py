@@ -124,3 +124,12 @@ def test_rows_from_the_real_service(
     assert [a["to"] for a in audit] == ["pending", "modified", "executing", "executed", "feedback_received"]
     assert views.current_user(svc, "rita") == team.reviewer
     assert views.current_user(svc, "nobody") is None and views.current_user(svc, None) is None
+
+
+def test_audit_rows_and_csv_show_control_characters_escaped() -> None:
+    forged = "ok\n2025-03-01T09:00:00+00:00  ada: pending -> approved\x1b[8m"
+    rows = views.audit_rows([_audit(forged, actor="worker:w1\rada")])
+    assert rows[0]["reason"] == "ok\\n2025-03-01T09:00:00+00:00  ada: pending -> approved\\x1b[8m"
+    assert rows[0]["actor"] == "worker:w1\\rada"
+    lines = views.audit_csv([_audit(forged)]).decode("utf-8").splitlines()
+    assert len(lines) == 2 and "\x1b" not in lines[1]  # header and one row, whatever the reason holds

@@ -20,9 +20,16 @@ from typing import Any
 import pytest
 
 from transferlab.human_review.market import LaunchReceipt, MarketGateway
-from transferlab.human_review.service import Claim, InvalidTransition, ReviewService
+from transferlab.human_review.service import (
+    Claim,
+    InvalidTransition,
+    PermissionDenied,
+    ReviewError,
+    ReviewService,
+)
 from transferlab.human_review.store import ReviewStore
 from transferlab.human_review.worker import WorkerStats, run_worker
+from transferlab.simulator.market import CampaignAction
 from transferlab.simulator.world_config import WorldConfig
 
 WORLD = WorldConfig(n_customers=120, seed=4, maturity_days=7)
@@ -230,3 +237,58 @@ def test_matured_outcome_comes_back_as_feedback(
     assert view.state == "feedback_received"
     assert view.outcome == matured.outcome
     assert run_worker(team.svc, market, "w1", actor=team.admin, once=True).feedback == 0  # recorded once
+
+
+def test_a_known_key_with_another_action_fails_the_suggestion(
+    team: Any, make_suggestion: Suggest, market: MarketGateway
+) -> None:
+    """A restored database reuses suggestion ids: the market holds the key for another campaign."""
+    (sid,) = _approved(team, make_suggestion)
+    key = f"{team.svc.store.store_id}:suggestion-{sid}"
+    old = market.launch(CampaignAction(discount=0.15, push_hour=9, segment="bargain", budget=12.0), key)
+    journal = market.path.read_bytes()
+    lines: list[str] = []
+    stats = run_worker(team.svc, market, "w1", actor=team.admin, once=True, log=lines.append)
+    assert (stats.claimed, stats.executed, stats.failed, stats.left_executing) == (1, 0, 1, 0)
+    view = team.svc.get(team.viewer, sid)
+    assert (view.state, view.executions, view.result) == ("failed", 0, None)
+    assert view.reason is not None and "launched with another action" in view.reason
+    assert market.path.read_bytes() == journal and market.launches() == [old]  # nothing new launched
+    assert any("failed: launch refused" in line for line in lines)
+
+
+def test_the_worker_runs_as_a_user_allowed_to_execute(
+    team: Any, make_suggestion: Suggest, market: MarketGateway
+) -> None:
+    (sid,) = _approved(team, make_suggestion)
+    for user in (team.viewer, team.reviewer):
+        with pytest.raises(PermissionDenied, match="needs the approver role or higher"):
+            run_worker(team.svc, market, "w1", actor=user, once=True)
+    with pytest.raises(ReviewError, match="worker id 'w1\\\\nforged' is not allowed"):
+        run_worker(team.svc, market, "w1\nforged", actor=team.admin, once=True)
+    assert team.svc.get(team.viewer, sid).state == "approved" and market.launches() == []
+    assert run_worker(team.svc, market, "w1", actor=team.approver, once=True).executed == 1
+
+
+def test_two_stores_on_one_market_never_share_keys_or_results(
+    team: Any, make_suggestion: Suggest, market: MarketGateway, tmp_path: Path
+) -> None:
+    """A second (or rebuilt) store numbers its suggestions from 1 too; its keys differ by store id."""
+    (sid,) = _approved(team, make_suggestion)
+    other = ReviewService(ReviewStore(f"sqlite:///{tmp_path / 'rebuilt.db'}"), clock=team.svc._clock)
+    admin = other.add_user(None, "ada", "pass-word-ada", "admin")
+    rita = other.add_user(admin, "rita", "pass-word-rita", "reviewer")
+    other_sid = other.submit(rita, make_suggestion(discount=0.15, budget=12.0))
+    other.decide(admin, other_sid, "approve")
+    assert other_sid == sid  # the same id, in another store
+    assert run_worker(team.svc, market, "w1", actor=team.admin, once=True).executed == 1
+    assert run_worker(other, market, "w2", actor=admin, once=True).executed == 1
+    mine, theirs = team.svc.get(team.viewer, sid), other.get(admin, other_sid)
+    assert mine.result is not None and theirs.result is not None
+    assert mine.result["campaign_id"] != theirs.result["campaign_id"]  # two campaigns, not one receipt
+    assert len(market.launches()) == 2
+    market.advance(WORLD.maturity_days + 1)
+    assert run_worker(team.svc, market, "w1", actor=team.admin, once=True).feedback == 1
+    assert run_worker(other, market, "w2", actor=admin, once=True).feedback == 1
+    assert team.svc.get(team.viewer, sid).outcome != other.get(admin, other_sid).outcome
+    other.store.dispose()

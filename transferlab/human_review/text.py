@@ -48,7 +48,7 @@ def check_worker_id(worker: object) -> str:
         return worker
     got = shown(str(worker))[:80]
     raise ValueError(
-        f"worker id {got!r} is not allowed: use 1 to 64 letters, digits or _ . @ - (e.g. w1@host)"
+        f"worker id '{got}' is not allowed: use 1 to 64 letters, digits or _ . @ - (e.g. w1@host)"
     )
 
 
