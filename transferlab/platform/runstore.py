@@ -243,16 +243,22 @@ class RunLock:
             _start_heartbeat()
 
     def release(self) -> None:
-        """Remove our ``owner.json`` and drop the lock (a no-op if this process does not hold it)."""
+        """Remove our ``owner.json`` and drop the lock (a no-op if this process does not hold it).
+
+        A shared holder leaves ``owner.json``: the other holders' heartbeats rewrite it.
+        """
         with _HELD_LOCK:
             entry = _HELD.pop(self.directory, None)
             if entry is None:
                 return
             try:
-                if _read_json(self.directory / OWNER_FILE).get("pid") == os.getpid():
+                if (
+                    not entry.owner["shared"]
+                    and _read_json(self.directory / OWNER_FILE)["pid"] == os.getpid()
+                ):
                     (self.directory / OWNER_FILE).unlink()
-            except (OSError, ValueError):
-                pass  # gone already, or rewritten by another shared holder
+            except (OSError, ValueError, KeyError):
+                pass  # gone already
             os.close(entry.fd)  # closing the descriptor releases the flock
 
 

@@ -75,13 +75,14 @@ def _fail(message: str) -> typer.Exit:
 
 def _run_owned(run: Callable[[], dict[str, Any]], resume: Path | None) -> dict[str, Any]:
     """``run()`` the experiment; a bad ``--resume`` or a run another process owns is one ``error:``."""
+    from transferlab.platform.config import ConfigError
     from transferlab.platform.runstore import RunInUseError
 
     if resume is not None and not (resume / "meta.json").is_file():
         raise _fail(f"--resume {resume} is not a run directory (no meta.json): pass the run's directory")
     try:
         return run()
-    except RunInUseError as exc:
+    except (RunInUseError, ConfigError) as exc:  # ConfigError: the run was saved by another experiment
         raise _fail(str(exc)) from None
 
 

@@ -70,8 +70,8 @@ class Experiment:
             run = RunStore(runs_root).create_run(name, config, shared=shared)
             return cls(run, console, shared), config
         run = RunStore(runs_root).open_path(resume)
+        run.acquire(shared)  # first: a run in use is refused whatever its config
         saved = run.load_config(type(config))
-        run.acquire(shared)
         return cls(run, console, shared), saved
 
     def elapsed_s(self) -> float:
