@@ -266,7 +266,7 @@ def test_invalid_utf8_output_is_graded_normally(harness: Any) -> None:
             return a + b
     """)
     graded = harness.attack("invalid UTF-8 on stdout", harness.add_task(), source, "passed", pass_rate=1.0)
-    assert "\ufffd\ufffd\x00 tail" in graded.output
+    assert "\ufffd\ufffd\\x00 tail" in graded.output  # control characters are written as escapes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -802,9 +802,9 @@ WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 
 def test_writing_to_world_writable_directories(harness: Any) -> None:
     # forkserver: the jail has none of them. docker: only the container's own /dev/shm is writable.
-    # subprocess: the host's are. Wherever a job could write, the file must be gone once the job ends
-    # (the server removes what the job's uid left there), so no later job and nothing on the host finds
-    # it; on the host's directories other processes could still see it during the job.
+    # subprocess (as root): a fresh tmpfs on each, per job. Wherever a job could write, the file must
+    # be gone once the job ends (docker: the server removes what the job's uid left there), so no
+    # later job and nothing on the host finds it.
     attack = "write /tmp, /var/tmp, /dev/shm"
     tag = secrets.token_hex(6)
     targets = [f"{d}/pwned-{tag}" for d in WORLD_WRITABLE]
@@ -833,10 +833,11 @@ def test_writing_to_world_writable_directories(harness: Any) -> None:
     harness.assert_honest_job_passes()
     wrote = graded.output.splitlines()[0].partition("wrote ")[2]  # what the first call managed
     if harness.name == "subprocess":
-        assert "/tmp/" in wrote, graded.output
-        harness.not_contained(
-            attack, f"the job wrote {wrote} on the host (removed when it ended)", "written, removed after"
-        )
+        # as root, each job has its own empty tmpfs on each of them (a mount namespace per job):
+        # it writes there, and nothing reaches the host or a later job
+        assert wrote == repr(targets), graded.output
+        harness.record(attack, f"{graded.status} (0/{graded.total}), own tmpfs per job")
+        return
     assert wrote == ("[]" if harness.name == "forkserver" else f"['/dev/shm/pwned-{tag}']"), graded.output
     harness.record(
         attack, f"{graded.status} (0/{graded.total})" + (", own /dev/shm, removed" if wrote != "[]" else "")

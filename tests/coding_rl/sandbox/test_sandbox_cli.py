@@ -95,6 +95,29 @@ def test_grade_with_the_subprocess_backend() -> None:
     assert b["backend"] == f["backend"] == "subprocess"
 
 
+NASTY = (
+    "import sys\n\n"
+    "def quick_sort(xs):\n"
+    "    sys.stdout.buffer.write(b'\\xed\\xa0\\x80\\x1b[2J\\x00\\x07' * 300 + b'\\n')\n"
+    "    sys.stdout.flush()\n"
+    "    raise ValueError('lone \\udcff surrogate, escape \\x1b[31m, bell \\x07, \\ud800')\n"
+)
+
+
+@pytest.mark.parametrize("backend", ["subprocess", pytest.param("forkserver", marks=needs_root)])
+def test_grade_json_is_valid_whatever_text_the_candidate_makes(backend: str, tmp_path: Path) -> None:
+    solution = tmp_path / "nasty.py"
+    solution.write_text(NASTY, encoding="utf-8")
+    result = grade(QUICK_SORT, solution, "--json", "--backend", backend)
+    assert result.exit_code == 0, result.output
+    data = one_json_object(result)
+    assert (data["status"], data["passed"]) == ("failed", 0)
+    assert result.stdout.isascii()
+    text = data["message"] + data["output"] + "".join(t["message"] for t in data["tests"])
+    text.encode("utf-8")  # no lone surrogate survives
+    assert "\x1b" not in text and "\x07" not in text and "ValueError: lone" in text
+
+
 @needs_root
 def test_grade_table_output() -> None:
     result = grade(QUICK_SORT, BUGGY)

@@ -63,6 +63,23 @@ NAN, INF = float("nan"), float("inf")
         ({1: "a", (1, 2): "b"}, {1: "a", (1, 2): "b"}, True),
         ({1: "a"}, {"1": "a"}, False),
         ([], {}, False),
+        # strict all the way down: dict keys and set elements, however nested
+        ({False: "a", True: "b"}, {0: "a", 1: "b"}, False),
+        ({0: "a", 1: "b"}, {False: "a", True: "b"}, False),
+        ({False: "a", True: "b"}, {True: "b", False: "a"}, True),
+        ({1: "a"}, {1.0: "a"}, False),
+        ({(1, True): "a"}, {(1, 1): "a"}, False),
+        ({"k": {True: [1]}}, {"k": {1: [1]}}, False),
+        ({NAN: 1}, {NAN: 1}, True),
+        ({1, 2}, {1, 2}, True),
+        ({1, 2}, {True, 2}, False),
+        ({True, 2}, {1, 2}, False),
+        ({1, 2}, [1, 2], False),
+        ({1, 2}, frozenset({1, 2}), False),
+        (frozenset({(0, 1)}), frozenset({(False, True)}), False),
+        ({frozenset({1}): {True}}, {frozenset({1}): {True}}, True),
+        ({frozenset({1}): "a"}, {frozenset({True}): "a"}, False),
+        ({0.5}, {0.5000001}, False),  # set elements compare exactly
     ],
 )
 def test_values_equal(expected: Any, got: Any, equal: bool) -> None:
@@ -76,8 +93,8 @@ def test_values_equal_tolerance_is_the_tasks() -> None:
 
 
 def test_values_equal_refuses_an_expected_value_it_cannot_compare() -> None:
-    with pytest.raises(TypeError, match="unsupported type set"):
-        values_equal({1, 2}, {1, 2}, 0.0)
+    with pytest.raises(TypeError, match="unsupported type bytes"):
+        values_equal(b"x", b"x", 0.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -318,7 +335,7 @@ def test_seed_example_reward_through_the_sandbox(verifier: Verifier) -> None:
 
 def test_unsendable_inputs_are_a_task_error_not_a_grade() -> None:
     bad = task_from_dict({"task_description": "x", "function_signature": "def f(x):",
-                          "test_cases": [{"input": {1, 2}, "expected": 1}]})  # fmt: skip
+                          "test_cases": [{"input": b"bytes", "expected": 1}]})  # fmt: skip
     backend = FakeBackend(report())
     with pytest.raises(TaskError, match="cannot be sent to the sandbox"):
         Verifier(backend).grade(bad, "def f(x): ...")

@@ -138,15 +138,15 @@ class AlwaysEqual:
         OrderedDict(),
         defaultdict(int),
         AlwaysEqual(),
-        {1, 2},
-        frozenset(),
+        {1, MyStr("x")},
+        frozenset([AlwaysEqual()]),
         b"bytes",
         bytearray(b"x"),
         1j,
         object(),
         [1, [2, MyStr("deep")]],
         {"k": AlwaysEqual()},
-        {frozenset(): 1},
+        {frozenset([MyStr("k")]): 1},
         {AlwaysEqual(): 1},
         {MyStr("k"): 1},
         range(3),
@@ -252,9 +252,41 @@ def test_malformed_frames_become_garbage_and_the_stream_goes_on(body: bytes) -> 
     assert wire.split_frames(buf) == [{"e": "garbage"}, {"e": "done"}]
 
 
-def test_an_oversized_length_discards_the_rest() -> None:
-    buf = bytearray(struct.pack(">I", wire.MAX_FRAME + 1) + b"x" * 10)
-    assert wire.split_frames(buf) == [{"e": "garbage"}] and buf == bytearray()
+def test_an_oversized_length_breaks_the_stream() -> None:
+    buf = bytearray(struct.pack(">I", wire.MAX_RESULT_FRAME + 1) + b"x" * 10)
+    assert wire.split_frames(buf) == [{"e": "broken"}] and buf == bytearray()
+
+
+def test_a_frame_past_the_element_budget_breaks_the_stream_unparsed() -> None:
+    budget = [10]
+    small, big = b"[1,2,3]", b"[" + b"0," * 20 + b"0]"
+    buf = bytearray(_raw(small) + _raw(big) + _raw(small))
+    assert wire.split_frames(buf, budget) == [{"e": "garbage"}, {"e": "broken"}] and buf == bytearray()
+    assert budget[0] < 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[], [1, 2, 3], {"a": [1, {"b": None}]}, "a,b,[c]{d}" * 5000, ["x,y"] * 5000, [[]] * 20_000],
+    ids=["empty", "list", "nested", "commas-in-a-string", "commas-in-strings", "many-lists"],
+)
+def test_count_elements_bounds_the_values_from_above(value: Any) -> None:
+    body = json.dumps(value, separators=(",", ":")).encode()
+    stack, values = [json.loads(body)], 0
+    while stack:
+        node = stack.pop()
+        values += 1
+        stack.extend(node if type(node) is list else node.values() if type(node) is dict else ())
+    assert values <= wire.count_elements(body) <= 2 * values + 1
+
+
+def test_sets_round_trip_with_exact_element_types() -> None:
+    for value in ({True, "x", (1, False)}, frozenset({0.5, None}), {frozenset({1}): {2}}):
+        encoded = wire.encode_value(value)
+        decoded = wire.decode_value(json.loads(json.dumps(encoded)))
+        assert decoded == value and type(decoded) is type(value)
+    with pytest.raises(ValueError):
+        wire.decode_value({"__set__": [[1]]})  # a list is not hashable
 
 
 @pytest.mark.parametrize("depth", [wire.MAX_JSON_DEPTH + 1, 5_000, 200_000])

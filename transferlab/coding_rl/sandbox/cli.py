@@ -224,7 +224,7 @@ def grade(
     finally:
         sandbox.close()
     if as_json:
-        typer.echo(json.dumps(result.to_public_json(), ensure_ascii=False))
+        typer.echo(json.dumps(result.to_public_json()))  # ASCII: prints on any terminal
     else:
         print_grade(result)
     if result.status == "infra_error":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import resource
 import select
 import shutil
@@ -31,7 +32,11 @@ import sys
 import time
 from typing import Any
 
-MAX_FRAME = 64 * 1024 * 1024
+MAX_FRAME = 16 * 1024 * 1024  # a job or a reply between client and server
+MAX_RESULT_FRAME = 4 * 1024 * 1024  # one frame from a candidate's process
+MAX_RESULT_BYTES = 8 * 1024 * 1024  # every result frame of one job together
+MAX_RESULT_ELEMENTS = 2_000_000  # JSON values in those frames, counted before they are parsed
+SERVER_MEMORY_MB = 1024  # address-space limit of the server and its zygote (jobs get their own)
 PREFORK_DEPTH = 2  # warm children a fork server keeps ready (two keep back-to-back jobs off the fork)
 RESULT_FD = 3
 _LEN = struct.Struct(">I")
@@ -43,17 +48,21 @@ _LEN = struct.Struct(">I")
 _TUPLE, _DICT, _FLOAT = "__tuple__", "__dict__", "__float__"
 
 
+_SET, _FROZENSET = "__set__", "__frozenset__"
+
+
 class UnsupportedValue(TypeError):
-    """A value that is not plain data (None, bool, int, float, str, list, tuple, dict[str, ...])."""
+    """A value that is not plain data (None, bool, int, float, str, list, tuple, dict, set, frozenset)."""
 
 
-_KEY_TYPES = (str, int, float, bool, type(None), tuple)
+_KEY_TYPES = (str, int, float, bool, type(None), tuple, frozenset)
 
 
 def encode_value(value: object, budget: list | None = None, depth: int = 0) -> object:
     """Encode plain data to JSON-able form; any other type (subclasses included) raises UnsupportedValue.
 
-    Plain data: None, bool, int, float, str, list, tuple, and dict whose keys are plain and hashable.
+    Plain data: None, bool, int, float, str, list, tuple, and dict, set and frozenset whose keys or
+    elements are plain and hashable.
     """
     if budget is None:
         budget = [1_000_000]
@@ -84,6 +93,12 @@ def encode_value(value: object, budget: list | None = None, depth: int = 0) -> o
                 raise UnsupportedValue("unsupported dict key type " + type(k).__name__)
             items.append([encode_value(k, budget, depth + 1), encode_value(v, budget, depth + 1)])
         return {_DICT: items}
+    if t is set or t is frozenset:
+        for v in value:  # type: ignore[attr-defined]
+            if type(v) not in _KEY_TYPES:
+                raise UnsupportedValue("unsupported set element type " + type(v).__name__)
+        tag = _SET if t is set else _FROZENSET
+        return {tag: [encode_value(v, budget, depth + 1) for v in value]}  # type: ignore[attr-defined]
     raise UnsupportedValue("unsupported type " + t.__name__)
 
 
@@ -105,10 +120,21 @@ def decode_value(data: object) -> Any:
                 key = decode_value(pair[0])
                 if type(key) not in _KEY_TYPES:
                     raise ValueError("malformed dict key")
-                out[key] = decode_value(pair[1])
+                try:
+                    out[key] = decode_value(pair[1])
+                except TypeError:  # a tuple key holding a list
+                    raise ValueError("unhashable dict key") from None
             return out
         if tag == _FLOAT and inner in ("nan", "inf", "-inf"):
             return float(inner)
+        if tag in (_SET, _FROZENSET) and type(inner) is list:
+            elements = [decode_value(v) for v in inner]
+            if any(type(v) not in _KEY_TYPES for v in elements):
+                raise ValueError("malformed set element")
+            try:
+                return set(elements) if tag == _SET else frozenset(elements)
+            except TypeError:  # a tuple holding a list
+                raise ValueError("unhashable set element") from None
     raise ValueError("malformed encoded value")
 
 
@@ -182,19 +208,48 @@ def _loads_frame(body: bytes) -> object:
     return obj
 
 
-def split_frames(buf: bytearray) -> list:
-    """Pop every complete frame from buf; malformed (or too deeply nested) frames become {'e': 'garbage'}."""
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def count_elements(body: bytes) -> int:
+    """An upper bound of the values in a JSON document, found without parsing it (C-speed byte counts).
+
+    Every value but the first follows a ',' or opens with '[' / '{'; commas inside strings are only
+    discounted (by removing the strings) when the quick count is large.
+    """
+    n = body.count(b",") + body.count(b"[") + body.count(b"{") + 1
+    if n > 10_000 and b'"' in body:
+        body = _JSON_STRING.sub(b'""', body)
+        n = body.count(b",") + body.count(b"[") + body.count(b"{") + 1
+    return n
+
+
+BROKEN = {"e": "broken"}  # a frame header past MAX_RESULT_FRAME or the job's element budget
+
+
+def split_frames(buf: bytearray, budget: list | None = None) -> list:
+    """Pop every complete frame from buf; malformed (or too deeply nested) frames become {'e': 'garbage'}.
+
+    A frame longer than MAX_RESULT_FRAME, or holding more JSON values than are left in `budget`
+    (a one-item list, decremented), is not parsed: it becomes {'e': 'broken'} and the stream ends there.
+    """
     frames = []
     while len(buf) >= 4:
         (size,) = _LEN.unpack(bytes(buf[:4]))
-        if size > MAX_FRAME:
-            frames.append({"e": "garbage"})
+        if size > MAX_RESULT_FRAME:
+            frames.append(dict(BROKEN))
             del buf[:]
             break
         if len(buf) < 4 + size:
             break
         body = bytes(buf[4 : 4 + size])
         del buf[: 4 + size]
+        if budget is not None:
+            budget[0] -= count_elements(body)
+            if budget[0] < 0:
+                frames.append(dict(BROKEN))
+                del buf[:]
+                break
         try:
             frame = _loads_frame(body)
         except ValueError:
@@ -357,7 +412,6 @@ def drop_privileges(uid: int) -> None:
     os.setresuid(uid, uid, uid)
     if libc is not None:
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binaries
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG (after setresuid, which clears it)
 
 
 JOB_FD = 4
@@ -372,6 +426,194 @@ def _warm_up() -> None:
     time.perf_counter()
 
 
+# --------------------------------------------------------------------------------------------------
+# Seccomp: a classic BPF filter refusing the syscalls a grader never needs and attackers like.
+# --------------------------------------------------------------------------------------------------
+
+CLONE_NEW_FLAGS = 0x7E020080  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET,TIME}
+# name -> (x86_64 number, aarch64 number); io_uring and the new mount API share numbers on both.
+DENIED_SYSCALLS = {
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "keyctl": (250, 219),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "ptrace": (101, 117),
+    "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+    "bpf": (321, 280),
+    "userfaultfd": (323, 282),
+    "perf_event_open": (298, 241),
+    "unshare": (272, 97),
+    "setns": (308, 268),
+    "mount": (165, 40),
+    "umount2": (166, 39),
+    "pivot_root": (155, 41),
+    "chroot": (161, 51),
+    "open_tree": (428, 428),
+    "move_mount": (429, 429),
+    "fsopen": (430, 430),
+    "fsconfig": (431, 431),
+    "fsmount": (432, 432),
+    "fspick": (433, 433),
+    "mount_setattr": (442, 442),
+    "kexec_load": (246, 104),
+    "kexec_file_load": (320, 294),
+    "init_module": (175, 105),
+    "finit_module": (313, 273),
+    "delete_module": (176, 106),
+    "acct": (163, 89),
+    "swapon": (167, 224),
+    "swapoff": (168, 225),
+    "reboot": (169, 142),
+    "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265),
+    "lookup_dcookie": (212, 18),
+    "quotactl": (179, 60),
+}
+_ARCHES = {"x86_64": (0, 0xC000003E, 56), "aarch64": (1, 0xC00000B7, 220)}  # column, AUDIT_ARCH, clone
+_CLONE3 = 435
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_EPERM, _ENOSYS = 1, 38
+_seccomp_prog = None  # (ctypes sock_fprog, the buffer it points to), built once in the zygote
+
+
+def seccomp_program(machine: str) -> bytes | None:
+    """The filter for `machine` (os.uname().machine) as packed sock_filter structs; None if unknown.
+
+    Denied syscalls and clone() with a CLONE_NEW* flag return EPERM; clone3 returns ENOSYS (its flags
+    live in memory a filter cannot read; libc then falls back to clone); another ABI than the native
+    one (i386 or x32 on x86_64) is refused whole.
+    """
+    if machine not in _ARCHES:
+        return None
+    column, audit_arch, clone_nr = _ARCHES[machine]
+    denied = sorted({numbers[column] for numbers in DENIED_SYSCALLS.values()})
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    # instructions (code, jump-if-true label, jump-if-false label, k) and label names; None: next one
+    code: list = [
+        (ld, None, None, 4),  # A = seccomp_data.arch
+        (jeq, None, "deny", audit_arch),
+        (ld, None, None, 0),  # A = seccomp_data.nr
+    ]
+    if machine == "x86_64":
+        code.append((jge, "deny", None, 0x40000000))  # the x32 ABI
+    code += [(jeq, "deny", None, nr) for nr in denied]
+    code += [(jeq, "clone", None, clone_nr), (jeq, "enosys", None, _CLONE3), (ret, None, None, _RET_ALLOW)]
+    code += [
+        "clone",
+        (ld, None, None, 16),
+        (jset, "deny", None, CLONE_NEW_FLAGS),
+        (ret, None, None, _RET_ALLOW),
+    ]
+    code += [
+        "deny",
+        (ret, None, None, _RET_ERRNO | _EPERM),
+        "enosys",
+        (ret, None, None, _RET_ERRNO | _ENOSYS),
+    ]
+    labels, position = {}, 0
+    for item in code:
+        if type(item) is str:
+            labels[item] = position
+        else:
+            position += 1
+    out, position = [], 0
+    for item in code:
+        if type(item) is str:
+            continue
+        op, on_true, on_false, k = item
+        jt = labels[on_true] - position - 1 if on_true else 0
+        jf = labels[on_false] - position - 1 if on_false else 0
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            raise ValueError("seccomp program: jump out of range")
+        out.append(struct.pack("=HBBI", op, jt, jf, k))
+        position += 1
+    return b"".join(out)
+
+
+def _seccomp_filter() -> Any:
+    """This machine's filter as a ctypes sock_fprog (built once); None on an unknown architecture."""
+    global _seccomp_prog
+    if _seccomp_prog is None:
+        import ctypes
+
+        program = seccomp_program(os.uname().machine)
+        if program is None:
+            return None
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        buf = ctypes.create_string_buffer(program, len(program))
+        _seccomp_prog = (SockFprog(len(program) // 8, ctypes.addressof(buf)), buf)
+    return _seccomp_prog[0]
+
+
+def install_seccomp() -> bool:
+    """Install the filter on this process (and its future children) for good; False on unknown arches."""
+    import ctypes
+
+    prog = _seccomp_filter()
+    if prog is None:
+        return False
+    libc = _get_libc()
+    _check(libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(libc.prctl(22, 2, ctypes.byref(prog), 0, 0), "prctl(PR_SET_SECCOMP)")
+    return True
+
+
+SHARED_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def private_shared_dirs(workdir: str) -> None:
+    """In a fresh mount namespace: empty tmpfs on the world-writable directories, a fresh mqueue.
+
+    Needs root (CAP_SYS_ADMIN). The job's own directory, if it lived under one of them, is bound back
+    at the same path, so the job sees only its own files wherever it looks.
+    """
+    libc = _get_libc()
+    _check(libc.unshare(CLONE_NEWNS), "unshare(mount)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    before = os.stat(workdir)
+    keep = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for path in SHARED_TMP_DIRS:
+            if os.path.isdir(path) and not os.path.islink(path):
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
+        if os.path.isdir("/dev/mqueue"):
+            _mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        try:
+            now = os.stat(workdir)
+            same = (now.st_dev, now.st_ino) == (before.st_dev, before.st_ino)
+        except OSError:
+            same = False
+        if not same:
+            os.makedirs(workdir, exist_ok=True)
+            _mount("/proc/self/fd/%d" % keep, workdir, None, MS_BIND)
+    finally:
+        os.close(keep)
+
+
+def _isolate(setup: dict) -> None:
+    """Namespaces for one job (as root): IPC always; mounts too where there is no chroot jail.
+
+    Where the kernel refuses (a container without CAP_SYS_ADMIN), the server removes what the job's
+    uid left in the shared directories and IPC instead, once the job is over (kill_uid).
+    """
+    if os.getuid() != 0:
+        return
+    libc = _get_libc()
+    if libc.unshare(CLONE_NEWIPC) != 0:
+        return
+    if not setup.get("chroot"):
+        try:
+            private_shared_dirs(setup["workdir"])
+        except OSError:
+            pass
+
+
 def child_main(setup: dict) -> None:
     """In the forked child: take the descriptors, warm up, wait for the job, isolate, run. Never returns."""
     try:
@@ -383,11 +625,7 @@ def child_main(setup: dict) -> None:
         os.dup2(setup["job_fd"], JOB_FD)
         os.closerange(JOB_FD + 1, 65536)
         _warm_up()
-        if os.getuid() == 0:
-            try:  # a fresh IPC namespace: SysV/POSIX IPC objects die with the job, unseen by later jobs
-                _get_libc().unshare(CLONE_NEWIPC)
-            except (OSError, ImportError):
-                pass
+        _isolate(setup)
         if setup.get("chroot"):
             os.chroot(setup["chroot"])
         os.chdir(setup["workdir"])
@@ -399,9 +637,13 @@ def child_main(setup: dict) -> None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         job = read_frame(JOB_FD)  # only now, unprivileged and jailed, does the child learn its job
         os.close(JOB_FD)
+        # PR_SET_PDEATHSIG, after setresuid (which clears it) and after the job arrived: by then the
+        # process the zygote forked it through has exited and its parent is the server for good.
+        _get_libc().prctl(1, signal.SIGKILL, 0, 0, 0)
         if type(job) is not dict:
             os._exit(0)
         apply_limits(job["limits"])  # lowering limits needs no privilege
+        install_seccomp()  # last: from here on the candidate's code runs
     except BaseException:
         os._exit(125)
     run_job(job, RESULT_FD)
@@ -431,7 +673,7 @@ def _live_processes_of(uid: int) -> bool:
 
 
 # World-writable places a job could leave files in for later jobs (the fork server's jail has none).
-SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 
 
 def _remove_leftovers_of(uid: int) -> None:
@@ -566,7 +808,7 @@ def _collect(
     poller = select.poll()
     for fd in (result_r, out_r, pidfd):
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    buf, frames, output = bytearray(), [], bytearray()
+    buf, frames, output, budget = bytearray(), [], bytearray(), [MAX_RESULT_ELEMENTS]
     out_total, res_total, reason, exited, done_early = 0, 0, None, False, False
     open_fds = {result_r, out_r}
     while reason is None:
@@ -593,10 +835,14 @@ def _collect(
             if fd == result_r:
                 res_total += len(chunk)
                 buf.extend(chunk)
-                new = split_frames(buf)
+                new = split_frames(buf, budget)
                 frames.extend(new)
-                if res_total > MAX_FRAME or (max_frames is not None and len(frames) > max_frames):
-                    reason = "output_limit"
+                if (
+                    res_total > MAX_RESULT_BYTES
+                    or (max_frames is not None and len(frames) > max_frames)
+                    or any(f.get("e") == "broken" for f in new)
+                ):
+                    reason = "output_limit"  # the job broke the framing: a verdict, never a retry
                 elif stop_on_done and not exited and any(f.get("e") == "done" for f in new):
                     done_early = True  # every result is in; drain what output is already there
                     poller.unregister(pidfd)
@@ -622,7 +868,8 @@ def _collect(
 # --------------------------------------------------------------------------------------------------
 
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWIPC = 0x00020000, 0x40000000, 0x20000000, 0x08000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 
 
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -735,34 +982,111 @@ def pack_reply(reply: dict) -> bytes:
     return data
 
 
+def _zygote_main(sock: Any) -> None:
+    """Fork a job child per request: each request carries the child's setup and its three pipe ends.
+
+    The child is forked through an intermediate process that exits at once, so it is re-parented to
+    the server (a subreaper), which alone waits for it, reads its results and kills it.
+    """
+    import socket
+
+    libc = _get_libc()
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the server
+    keep = sock.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 65536)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    _seccomp_filter()  # built once here; each child only installs it
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 4096, 3)
+        except OSError:
+            return
+        if not msg:
+            return
+        setup = json.loads(msg)
+        report_r, report_w = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            os.close(report_r)
+            try:
+                if setup["pidns"]:
+                    _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
+                pid = os.fork()
+                if pid == 0:
+                    os.close(report_w)
+                    out_fd, result_fd, job_fd = fds
+                    setup.update(stdin_fd=devnull, out_fd=out_fd, result_fd=result_fd, job_fd=job_fd)
+                    child_main(setup)
+                os.write(report_w, b"%d" % pid)
+            except BaseException:
+                pass
+            os._exit(0)
+        os.close(report_w)
+        for fd in fds:
+            os.close(fd)
+        answer = os.read(report_r, 64)
+        os.close(report_r)
+        os.waitpid(middle, 0)  # once it is reaped, the child's parent is the server
+        sock.send(answer or b"-1")
+
+
+class Zygote:
+    """The process job children are forked from, started before the server reads any job.
+
+    A child forked from the server itself would inherit its heap: the bytes of earlier jobs' sources,
+    inputs and replies (the return values of a sibling's correct solution) stay in freed memory, where
+    a copycat can read them. The zygote never receives a job, only a child's setup and pipe ends.
+    """
+
+    def __init__(self) -> None:
+        import socket
+
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            try:
+                _zygote_main(child)
+            finally:
+                os._exit(0)
+        child.close()
+        self.pid, self.sock = pid, parent
+
+    def spawn(self, setup: dict, fds: list) -> int:
+        """Fork a child with `setup` (uid, chroot, workdir, pidns) and fds (out, result, job); its pid."""
+        import socket
+
+        socket.send_fds(self.sock, [json.dumps(setup).encode()], fds)
+        answer = self.sock.recv(64)
+        pid = int(answer) if answer.strip(b"-").isdigit() else -1
+        if pid <= 0:
+            raise OSError("the zygote could not fork a job child")
+        return pid
+
+
 class Server:
-    """Forks one sandboxed child per job, one job at a time; the next child is forked and warmed ahead."""
+    """Runs one sandboxed child per job, one job at a time; the next child is forked and warmed ahead."""
 
     def __init__(self, uid: int, jail: str | None, work_root: str, pidns: bool) -> None:
         self.uid = uid
         # Forking ahead needs a PID namespace per job: without one, killing the uid after a job would
         # also kill the warm child, which already runs as that uid.
         self.prefork = pidns
+        self.pidns = pidns
         self.jail = jail
         self.work_root = work_root
-        self.devnull = os.open("/dev/null", os.O_RDWR)
-        self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if pidns else None
         self.counter = 0
         self.pending: list[dict] = []  # finished children still to reap and clean (see tidy())
         self.clean = True
         self.ready: list[dict] = []  # children forked ahead, warmed up, waiting for a job
         self.depth = PREFORK_DEPTH if self.prefork else 1
-        if not pidns and os.getuid() == 0:
-            # Without a PID namespace, a job's orphans are adopted by the nearest subreaper, else by
-            # PID 1, which may never reap them (a container's PID 1 is this server; some hosts' PID 1
-            # is no init): unreaped zombies still count against the uid's RLIMIT_NPROC, so after one
-            # fork bomb later jobs of the uid could not fork. Adopt them here and reap them per job.
-            try:
-                libc = _get_libc()
-            except (OSError, ImportError):
-                libc = None
-            if libc is not None:
-                libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        # Job children are forked by the zygote through a process that exits at once: as a subreaper,
+        # the server adopts them (to wait for them), and, without a PID namespace, their orphans too
+        # (PID 1 may never reap them, a container's PID 1 is this server; unreaped zombies still count
+        # against the uid's RLIMIT_NPROC, so after one fork bomb later jobs of the uid could not fork).
+        _check(_get_libc().prctl(36, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
+        self.zygote = Zygote()
 
     def prepare(self) -> None:
         """Fork children for the next jobs now (up to `depth`), so their start-up is off the critical path.
@@ -781,25 +1105,17 @@ class Server:
         result_r, result_w = os.pipe()
         out_r, out_w = os.pipe()
         job_r, job_w = os.pipe()
-        if self.pidns_fd is not None:
-            libc = _get_libc()
-            _check(libc.setns(self.pidns_fd, CLONE_NEWPID), "setns(pid)")
-            _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
-        pid = os.fork()
-        if pid == 0:
-            child_main(
-                {
-                    "stdin_fd": self.devnull,
-                    "out_fd": out_w,
-                    "result_fd": result_w,
-                    "job_fd": job_r,
-                    "uid": self.uid,
-                    "chroot": self.jail,
-                    "workdir": "/work/" + name if self.jail else host_dir,
-                }
-            )
-        for fd in (result_w, out_w, job_r):
-            os.close(fd)
+        setup = {
+            "uid": self.uid,
+            "chroot": self.jail,
+            "workdir": "/work/" + name if self.jail else host_dir,
+            "pidns": self.pidns,
+        }
+        try:
+            pid = self.zygote.spawn(setup, [out_w, result_w, job_r])
+        finally:
+            for fd in (result_w, out_w, job_r):
+                os.close(fd)
         self.ready.append({"pid": pid, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir})
 
     def execute(self, job: dict) -> dict:
@@ -823,7 +1139,7 @@ class Server:
                 job["limits"],
                 started,
                 max_frames=2 * len(job.get("inputs") or ()) + 64,
-                defer_reap=self.pidns_fd is not None,
+                defer_reap=self.pidns,
             )
         finally:
             if report.pop("deferred", False):
@@ -837,8 +1153,8 @@ class Server:
 
     def _clean(self, child: dict) -> None:
         # with a PID namespace the kernel has already killed every descendant of the child
-        self.clean = True if self.pidns_fd is not None else kill_uid(self.uid)
-        if self.pidns_fd is None:
+        self.clean = True if self.pidns else kill_uid(self.uid)
+        if not self.pidns:
             _reap_children()
         os.close(child["result_r"])
         os.close(child["out_r"])
@@ -850,6 +1166,19 @@ class Server:
             child = self.pending.pop()
             reap(child["pid"], child["pidfd"])
             self._clean(child)
+
+
+def limit_server_memory() -> None:
+    """A soft address-space limit on the server (and its zygote): no frame makes it allocate gigabytes.
+
+    Only the soft limit: each job then sets its own (SandboxConfig.memory_mb), which may be higher.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = SERVER_MEMORY_MB * 1024 * 1024
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft == resource.RLIM_INFINITY or soft > limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
@@ -888,6 +1217,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    limit_server_memory()
     in_fd, out_fd = os.dup(0), os.dup(1)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)

@@ -11,6 +11,7 @@ Rules (the README's "Grading rules"):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -68,8 +69,31 @@ class GradeResult(BaseModel):
         return self.model_dump(mode="json")
 
 
+def strict_key(value: Any) -> Any:
+    """A hashable form of a dict key or set element that tells apart what Python's == confuses.
+
+    `True == 1 == 1.0` and so they collide as dict keys and set elements; tagged with their exact type
+    (recursively, through tuples and frozensets) they do not. NaN keys, never equal to themselves in
+    Python, all match each other here.
+    """
+    t = type(value)
+    if t is tuple:
+        return ("tuple", tuple(strict_key(v) for v in value))
+    if t is frozenset:
+        return ("frozenset", frozenset(strict_key(v) for v in value))
+    if t is float and math.isnan(value):
+        return ("float", "nan")
+    return (t.__name__, value)
+
+
+def _strict_keys_equal(expected: Any, got: Any) -> bool:
+    """Whether two sets (or key views) hold the same elements, compared by `strict_key`."""
+    return len(expected) == len(got) and {strict_key(v) for v in expected} == {strict_key(v) for v in got}
+
+
 def values_equal(expected: Any, got: Any, tol: float) -> bool:
-    """Strict equality of plain data: exact container types, bool is not int, floats within `tol`."""
+    """Strict equality of plain data: exact container types, bool is not int (also as a dict key or set
+    element, however deeply nested), floats within `tol` (dict keys and set elements exactly)."""
     te = type(expected)
     if expected is None or te is str:
         return type(got) is te and got == expected
@@ -94,12 +118,23 @@ def values_equal(expected: Any, got: Any, tol: float) -> bool:
             and all(values_equal(e, g, tol) for e, g in zip(expected, got, strict=True))
         )
     if te is dict:
-        return (
-            type(got) is dict
-            and set(got) == set(expected)
-            and all(values_equal(v, got[k], tol) for k, v in expected.items())
-        )
+        if type(got) is not dict or not _strict_keys_equal(expected.keys(), got.keys()):
+            return False
+        by_key = {strict_key(k): v for k, v in got.items()}
+        return all(values_equal(v, by_key[strict_key(k)], tol) for k, v in expected.items())
+    if te in (set, frozenset):
+        return type(got) is te and _strict_keys_equal(expected, got)
     raise TypeError(f"expected value of unsupported type {te.__name__}")
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain_text(text: str, limit: int) -> str:
+    """Candidate-made text made safe to print and to encode: at most `limit` characters, lone
+    surrogates replaced by U+FFFD, control characters (but newline and tab) written as escapes."""
+    text = text[:limit].encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -136,7 +171,10 @@ def _test_outcome(
             ok = values_equal(expected, got, tol)
             msg = "" if ok else f"expected {_short(expected)}, got {_short(got)}"
     return TestOutcome(
-        index=index, hidden=hidden, status="passed" if ok else "failed", message="" if (ok or hidden) else msg
+        index=index,
+        hidden=hidden,
+        status="passed" if ok else "failed",
+        message="" if (ok or hidden) else plain_text(msg, 300),
     )
 
 
@@ -270,8 +308,8 @@ class Verifier:
             reward_components=reward.components,
             runtime_s=round(report.wall_s, 6),
             tests=outcomes,
-            message=message,
-            output=report.output[:2000],
+            message=plain_text(message, 400),
+            output=plain_text(report.output, 2000),
             backend=self.backend.name,
             infra_retries=retries,
         )
