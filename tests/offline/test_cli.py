@@ -279,3 +279,25 @@ def test_train_unknown_learner_exits_2_naming_the_valid_ones(
     for name in LEARNERS:
         assert name in result.stderr
     assert not (tmp_path / "config.json").exists()
+
+
+def test_train_refuses_a_run_directory_another_process_is_training(
+    tmp_path: Path, log_dir: Path, small_config: Path
+) -> None:
+    import subprocess
+    import sys
+
+    hold = "import sys, time\nfrom transferlab.platform.runstore import RunLock\n"
+    hold += "RunLock(sys.argv[1]).acquire()\nprint('holding', flush=True)\ntime.sleep(600)\n"
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", hold, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        result = runner.invoke(app, _train(log_dir, small_config, run_dir, "--steps", "20", "--json"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"in use by pid {proc.pid}" in lines[0]
+    assert not (run_dir / "learners").exists()

@@ -156,3 +156,31 @@ def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
     assert (tmp_path / "report" / "report.html").exists()
     assert json.loads((tmp_path / "report" / "summary.json").read_text())["arms"].keys() == set(tr.ARMS)
     assert (tmp_path / "report" / "figures" / "success_curves.png").exists()
+
+
+def test_resuming_a_transfer_run_another_process_owns_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from transferlab.platform.runstore import RunStore
+
+    run = RunStore(tmp_path).create_run("transfer", tr.transfer_test_config())
+    run.release()
+    hold = "import sys, time\nfrom transferlab.platform.runstore import Run\nRun(sys.argv[1]).acquire()\n"
+    hold += "print('holding', flush=True)\ntime.sleep(600)\n"
+    proc = subprocess.Popen([sys.executable, "-c", hold, str(run.dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        with pytest.raises(SystemExit) as exit_info:
+            tr.main(["--preset", "test", "--resume", str(run.dir), "--runs-root", str(tmp_path)])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: run ") and f"in use by pid {proc.pid}" in err[0]
+    with pytest.raises(SystemExit) as exit_info:
+        tr.main(["--preset", "test", "--resume", str(tmp_path)])
+    assert exit_info.value.code == 2 and "not a run directory" in capsys.readouterr().err
