@@ -72,10 +72,16 @@ def test_runs_list_shows_every_run(tmp_path: Path) -> None:
         pass
     failed = store.create_run("other-exp", DemoConfig())
     failed.finish("failed", error="boom")
+    store.create_run("demo", DemoConfig(), run_id="live")  # this process owns it: running
+    store.create_run("demo", DemoConfig(), run_id="dead").release()  # its owner is gone
     result = runner.invoke(app, ["runs", "list", "--runs-root", str(tmp_path)])
     assert result.exit_code == 0, result.output
     for text in (finished.run_id, failed.run_id, "demo", "other-exp", "finished", "failed"):
         assert text in result.stdout
+    lines = result.stdout.splitlines()
+    [live] = [line for line in lines if " live " in line]
+    [dead] = [line for line in lines if " dead " in line]
+    assert "running" in live and "interrupted" in dead
 
 
 def test_runs_list_filters_by_experiment(tmp_path: Path) -> None:
