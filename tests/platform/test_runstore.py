@@ -249,6 +249,20 @@ def test_a_run_owned_by_a_live_process_is_refused_and_interrupted_once_it_dies(s
     assert not (run.dir / "owner.json").exists()
 
 
+def test_the_owner_refreshes_its_heartbeat(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transferlab.platform.runstore as runstore
+
+    run = store.create_run("own", DemoConfig(), run_id="beat")
+    first = json.loads((run.dir / "owner.json").read_text())["heartbeat"]
+    monkeypatch.setattr(runstore, "HEARTBEAT_S", 0.05)
+    deadline = time.monotonic() + 60  # the beat sleeping when we patched ends within HEARTBEAT_S
+    while json.loads((run.dir / "owner.json").read_text())["heartbeat"] == first:
+        assert time.monotonic() < deadline, "no heartbeat"
+        time.sleep(0.05)
+    run.finish()
+    assert not (run.dir / "owner.json").exists()
+
+
 def test_an_owner_on_another_host_counts_while_its_heartbeat_is_fresh(store: RunStore) -> None:
     run = store.create_run("own", DemoConfig(), run_id="far")
     run.release()

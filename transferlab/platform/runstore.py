@@ -169,8 +169,10 @@ def _heartbeat_loop() -> None:
         with _HELD_LOCK:
             held = list(_HELD.items())
         for directory, entry in held:
+            if not directory.is_dir():  # removed under us: do not bring it back
+                continue
             entry.owner["heartbeat"] = time.time()
-            with contextlib.suppress(OSError):  # the directory was removed under us
+            with contextlib.suppress(OSError):
                 atomic_write_json(directory / OWNER_FILE, entry.owner)
 
 
