@@ -50,3 +50,11 @@ def test_roles_are_ordered() -> None:
     assert not role_allows("reviewer", "approver")
     with pytest.raises(ValueError, match="unknown role 'boss'; use one of viewer, reviewer"):
         role_rank("boss")
+
+
+def test_auth_doctests_hold() -> None:
+    import doctest
+
+    from transferlab.human_review import auth as module
+
+    assert doctest.testmod(module).failed == 0

@@ -504,7 +504,7 @@ def test_users_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
             argv += ["review", "users", "add", name, "--role", "admin", "--db", url]
             env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFERLAB_")}
             os.execve(sys.executable, argv, env)
-        out, pending = b"", list(answers)
+        out, pending, answered = b"", list(answers), 0
         while True:
             ready, _, _ = select.select([fd], [], [], 120)
             assert ready, f"no output from the CLI; so far: {out!r}"
@@ -515,8 +515,10 @@ def test_users_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
             if not chunk:
                 break
             out += chunk
-            if pending and out.rstrip().endswith(b":"):
+            # answer each prompt once it is shown: getpass turns echo off (flushing input) before that
+            if pending and out.count(b"password for") > answered and out.rstrip().endswith(b":"):
                 os.write(fd, pending.pop(0).encode() + b"\n")
+                answered += 1
         _, status = os.waitpid(pid, 0)
         return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
 
@@ -526,3 +528,68 @@ def test_users_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
     assert code == 0 and "added ada (admin)" in out, out
     assert "first-secret" not in out  # never echoed
     assert ReviewService(ReviewStore(url)).authenticate("ada", "first-secret").name == "ada"
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} write them) with a socket listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not Path(table).exists():
+            continue
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if int(hex_port, 16) == port and state == "0A":  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("address", [None, "0.0.0.0"])
+def test_serve_listens_on_loopback_unless_told_and_warns_then(tmp_path: Path, address: str | None) -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    argv = [sys.executable, "-c", "from transferlab.platform.cli import main; main()", "review", "serve"]
+    argv += ["--port", str(port), "--db", f"sqlite:///{tmp_path / 'review.db'}"]
+    argv += ["--address", address] if address else []
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            time.sleep(0.3)
+        listening = _listening(port)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+        log.close()
+    out = (tmp_path / "serve.log").read_text()
+    if address is None:
+        assert listening == {"0100007F"}, listening  # 127.0.0.1 only
+        assert "warning:" not in out
+    else:
+        assert listening & {"00000000", "00000000000000000000000000000000"}, listening
+        assert f"warning: the review app listens on {address}, so other machines can reach" in out
+
+
+def test_cli_doctests_hold() -> None:
+    import doctest
+
+    from transferlab.human_review import cli as module
+
+    assert doctest.testmod(module).failed == 0

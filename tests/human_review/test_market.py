@@ -204,3 +204,11 @@ def test_a_corrupted_journal_is_refused_and_left_as_it_is(gateway: MarketGateway
             call()
     assert gateway.path.read_bytes() == broken  # never rewritten
     assert [p.name for p in gateway.directory.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_market_doctests_hold() -> None:
+    import doctest
+
+    from transferlab.human_review import market as module
+
+    assert doctest.testmod(module).failed == 0

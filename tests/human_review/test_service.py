@@ -581,3 +581,11 @@ def test_store_ids_are_random_per_store_and_kept(store: ReviewStore, tmp_path: A
     assert len(store.store_id) == 16 and again.store_id == store.store_id != other.store_id
     again.dispose()
     other.dispose()
+
+
+def test_service_doctests_hold() -> None:
+    import doctest
+
+    from transferlab.human_review import service as module
+
+    assert doctest.testmod(module).failed == 0

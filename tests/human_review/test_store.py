@@ -47,3 +47,11 @@ def test_an_older_store_gets_an_id_and_keeps_each_raters_newest_rating(store: Re
         s.add(RatingRow(subject="report-1", score=1.0, rater="rob", comment="", at=t0))
     assert _reopen(upgraded).store_id == upgraded.store_id
     upgraded.dispose()
+
+
+def test_store_doctests_hold() -> None:
+    import doctest
+
+    from transferlab.human_review import store as module
+
+    assert doctest.testmod(module).failed == 0

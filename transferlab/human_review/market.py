@@ -35,7 +35,7 @@ True
 >>> try:
 ...     gw.launch(CampaignAction(budget=0.0), "suggestion-1")
 ... except KeyConflict as e:
-...     print(str(e)[:50])
+...     print(str(e)[:51])
 key 'suggestion-1' was launched with another action
 >>> len(gw.launches()), len(gw.world().campaigns)
 (1, 1)
