@@ -1053,11 +1053,17 @@ class Zygote:
         child.close()
         self.pid, self.sock = pid, parent
 
-    def spawn(self, setup: dict, fds: list) -> int:
-        """Fork a child with `setup` (uid, chroot, workdir, pidns) and fds (out, result, job); its pid."""
+    def request(self, setup: dict, fds: list) -> None:
+        """Ask for a child with `setup` (uid, chroot, workdir, pidns) and fds (out, result, job).
+
+        Returns at once: the zygote forks while the server goes on; `collect` gives the pid.
+        """
         import socket
 
         socket.send_fds(self.sock, [json.dumps(setup).encode()], fds)
+
+    def collect(self) -> int:
+        """The pid of the oldest requested child not collected yet (by then the server is its parent)."""
         answer = self.sock.recv(64)
         pid = int(answer) if answer.strip(b"-").isdigit() else -1
         if pid <= 0:
@@ -1112,16 +1118,25 @@ class Server:
             "pidns": self.pidns,
         }
         try:
-            pid = self.zygote.spawn(setup, [out_w, result_w, job_r])
+            self.zygote.request(setup, [out_w, result_w, job_r])
         finally:
             for fd in (result_w, out_w, job_r):
                 os.close(fd)
-        self.ready.append({"pid": pid, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir})
+        child = {"pid": None, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir}
+        self.ready.append(child)  # its pid comes later (settle / execute)
+
+    def settle(self) -> None:
+        """Collect the pid of every child asked for (then each one's parent is this server)."""
+        for child in self.ready:
+            if child["pid"] is None:
+                child["pid"] = self.zygote.collect()
 
     def execute(self, job: dict) -> dict:
         self.tidy()
         self.prepare()
         child = self.ready.pop(0)
+        if child["pid"] is None:
+            child["pid"] = self.zygote.collect()  # asked for during the last job: long forked by now
         started = time.monotonic()
         try:
             write_all(child["job_w"], pack_frame(job))
@@ -1188,6 +1203,7 @@ def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
             return
         if type(job) is dict and job.get("op") == "ping":
             server.tidy()  # a pong means every earlier job is fully cleaned up
+            server.settle()  # and every warm child is the server's own
             write_all(out_fd, pack_frame({"pong": True, "pid": os.getpid()}))
             continue
         try:
