@@ -308,3 +308,21 @@ def test_open_backend_falls_back_to_subprocess_and_says_why(
         assert reason is not None and "docker backend is unavailable" in reason
     finally:
         backend.close()
+
+
+def test_a_reply_with_too_many_values_is_refused_unparsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the client bounds what it parses too: a forged or broken reply cannot make it allocate gigabytes
+    from transferlab.coding_rl.sandbox import sandbox_server as wire
+    from transferlab.coding_rl.sandbox.backends import InfraError, read_frame_until
+
+    monkeypatch.setattr(wire, "MAX_RESULT_ELEMENTS", 10)
+    read_fd, write_fd = os.pipe()
+    try:
+        wire.write_all(write_fd, wire.pack_frame({"frames": [[]] * 3}))
+        assert read_frame_until(read_fd, time.monotonic() + 5) == {"frames": [[]] * 3}
+        wire.write_all(write_fd, wire.pack_frame({"frames": [[]] * 30}))
+        with pytest.raises(InfraError, match="more values"):
+            read_frame_until(read_fd, time.monotonic() + 5)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

@@ -130,7 +130,10 @@ def read_frame_until(fd: int, deadline: float) -> Any:
             if size > wire.MAX_FRAME:
                 raise InfraError("oversized frame from the sandbox server")
             need = 4 + size
-    return json.loads(bytes(buf[4:]).decode("utf-8"))
+    body = bytes(buf[4:])
+    if wire.count_elements(body) > 2 * wire.MAX_RESULT_ELEMENTS:  # the server bounds what it relays
+        raise InfraError("a reply from the sandbox server holds more values than any job can produce")
+    return json.loads(body.decode("utf-8"))
 
 
 def _is_root() -> bool:
