@@ -6,8 +6,9 @@ them ever sees an expected value. Grading happens in :mod:`transferlab.coding_rl
 
 - ``forkserver``: warm fork servers, each in fresh mount + network namespaces with a read-only chroot;
   one PID namespace, unprivileged uid and rlimits per job. Needs root (Linux namespaces).
-- ``subprocess``: a fresh interpreter per job with the same rlimits and uid drop, no namespaces: the
-  portable fallback. It does not hide the host's files or network (see the README's threat table).
+- ``subprocess``: a fresh interpreter per job with the same rlimits, uid drop and seccomp filter; as
+  root, fresh mount and IPC namespaces per job (empty /tmp, /var/tmp, /dev/shm, /run/lock). The
+  portable fallback: it does not hide the host's files or network (see the README's threat table).
 - ``docker``: :mod:`transferlab.coding_rl.sandbox.docker_backend`.
 """
 

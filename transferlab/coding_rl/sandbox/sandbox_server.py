@@ -14,6 +14,13 @@ only ever receives the call *inputs*; expected values never enter this process. 
 what the candidate returned as plain, tagged JSON frames on fd 3; the grader compares them with the
 expected values in its own process. A frame the candidate forges on fd 3 can only claim values it
 could equally have returned, and nothing it writes to stdout/stderr is ever parsed.
+
+No job learns anything from another: children are forked by a zygote that never held a job or a
+reply (not by the server, whose freed heap holds earlier jobs' sources and results); each child gets
+a fresh IPC namespace and, without a chroot jail, a fresh mount namespace with empty tmpfs on the
+world-writable directories; a seccomp filter refuses keyrings, io_uring, ptrace, bpf, namespaces,
+mounts and module loading; what a job leaves where namespaces are refused (a container) is removed
+by `kill_uid`. Result frames are bounded in bytes and in values, counted before parsing.
 """
 
 from __future__ import annotations
@@ -1092,6 +1099,11 @@ class Server:
         # (PID 1 may never reap them, a container's PID 1 is this server; unreaped zombies still count
         # against the uid's RLIMIT_NPROC, so after one fork bomb later jobs of the uid could not fork).
         _check(_get_libc().prctl(36, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
+        self.zygote: Zygote | None = None
+
+    def start(self) -> None:
+        """Start the zygote: call once, before reading any job (and after gc.freeze, so children share
+        the pages of every object that exists now)."""
         self.zygote = Zygote()
 
     def prepare(self) -> None:
@@ -1118,25 +1130,30 @@ class Server:
             "pidns": self.pidns,
         }
         try:
-            self.zygote.request(setup, [out_w, result_w, job_r])
+            self._zygote().request(setup, [out_w, result_w, job_r])
         finally:
             for fd in (result_w, out_w, job_r):
                 os.close(fd)
         child = {"pid": None, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir}
         self.ready.append(child)  # its pid comes later (settle / execute)
 
+    def _zygote(self) -> Zygote:
+        if self.zygote is None:
+            raise RuntimeError("Server.start() was not called")
+        return self.zygote
+
     def settle(self) -> None:
         """Collect the pid of every child asked for (then each one's parent is this server)."""
         for child in self.ready:
             if child["pid"] is None:
-                child["pid"] = self.zygote.collect()
+                child["pid"] = self._zygote().collect()
 
     def execute(self, job: dict) -> dict:
         self.tidy()
         self.prepare()
         child = self.ready.pop(0)
         if child["pid"] is None:
-            child["pid"] = self.zygote.collect()  # asked for during the last job: long forked by now
+            child["pid"] = self._zygote().collect()  # asked for during the last job: long forked by now
         started = time.monotonic()
         try:
             write_all(child["job_w"], pack_frame(job))
@@ -1251,6 +1268,7 @@ def main(argv: list[str]) -> int:
 
     gc.collect()
     gc.freeze()  # keep the collector off the server's objects so forked children share their pages
+    server.start()  # before the first job is read: the zygote never holds one
     if args.once:
         job = read_frame(in_fd)
         try:
