@@ -16,8 +16,11 @@ import pytest
 
 from transferlab.coding_rl.sandbox.backends import ForkServerBackend, SubprocessBackend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.coding_rl.sandbox.sandbox_server import PREFORK_DEPTH
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask, task_from_dict
+
+HONEST_ADD = "def add(a, b):\n    return a + b\n"
 
 
 def probe_task(expected: Any, time_limit_s: float = 2.0, entry: str = "probe") -> CodeTask:
@@ -265,6 +268,38 @@ def test_a_fork_server_killed_mid_job_is_an_infra_error_that_is_retried(forkserv
     harness.record("fork server killed mid-job", f"{result.status} after {result.infra_retries} retry")
     harness.assert_clean()  # the killed server's job died with it (PR_SET_PDEATHSIG)
     harness.assert_honest_job_passes()
+
+
+def _root_children_of(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            status = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if fields.get("PPid", "").strip() == str(pid) and fields.get("Uid", "").split()[:1] == ["0"]:
+            found.append(int(name))
+    return found
+
+
+def test_a_dead_zygote_is_an_infra_error_that_is_retried_on_a_fresh_server(forkserver_harness: Any) -> None:
+    harness = forkserver_harness
+    harness.assert_honest_job_passes()
+    (server_pid,) = harness.backend.server_pids()
+    (zygote_pid,) = _root_children_of(server_pid)  # job children run as the sandbox uid
+    os.kill(zygote_pid, signal.SIGKILL)
+    # the server cannot get its next child: it replies infra_error and exits; the retry runs on a
+    # fresh server, and every job passes
+    retries = 0
+    for _ in range(PREFORK_DEPTH + 1):
+        result = harness.grade(harness.add_task(), HONEST_ADD).result
+        assert (result.status, result.pass_rate) == ("passed", 1.0), result.message
+        retries += result.infra_retries
+    harness.record("the zygote killed", f"passed after {retries} retry")
+    assert retries >= 1
+    assert harness.backend.server_pids() != [server_pid]
+    harness.assert_clean()
 
 
 def test_a_fork_server_killed_between_jobs_is_replaced(forkserver_harness: Any) -> None:

@@ -310,7 +310,10 @@ class ForkServerBackend:
             except (InfraError, OSError, ValueError) as exc:
                 self._discard(server)
                 return ExecutionReport(infra_error=f"fork server failed: {exc}")
-            self._idle.put(server)
+            if isinstance(raw, dict) and "infra_error" in raw:
+                self._discard(server)  # it exits after an infra error: the retry gets a fresh one
+            else:
+                self._idle.put(server)
         return ExecutionReport.from_raw(raw)
 
     def sync(self) -> None:

@@ -216,7 +216,10 @@ class DockerBackend:
             except (InfraError, OSError, ValueError) as exc:
                 self._discard(box)  # the container is removed even though the client gave up on it
                 return ExecutionReport(infra_error=f"sandbox container failed: {exc}")
-            self._idle.put(box)
+            if isinstance(raw, dict) and "infra_error" in raw:
+                self._discard(box)  # its server exits after an infra error
+            else:
+                self._idle.put(box)
         return ExecutionReport.from_raw(raw)
 
     def container_ids(self) -> list[str]:

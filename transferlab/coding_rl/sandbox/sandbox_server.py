@@ -1213,11 +1213,12 @@ def limit_server_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
+def _serve_stream(server: Server, in_fd: int, out_fd: int) -> bool:
+    """Serve jobs until the stream ends (False) or the server failed a job (True: exit, do not reuse)."""
     while True:
         job = read_frame(in_fd)
         if job is None:
-            return
+            return False
         if type(job) is dict and job.get("op") == "ping":
             server.tidy()  # a pong means every earlier job is fully cleaned up
             server.settle()  # and every warm child is the server's own
@@ -1228,6 +1229,8 @@ def _serve_stream(server: Server, in_fd: int, out_fd: int) -> None:
         except Exception as exc:
             reply = {"infra_error": "server failed: " + repr(exc)[:300]}
         write_all(out_fd, pack_reply(reply))
+        if "infra_error" in reply:
+            return True  # a server that failed once is not trusted again: the client starts another
         server.tidy()
         if server.prefork:
             server.prepare()
@@ -1306,7 +1309,8 @@ def _serve_socket(server: Server, path: str, idle_exit: float) -> int:
             conn.settimeout(None)
             fd = conn.fileno()
             try:
-                _serve_stream(server, fd, fd)
+                if _serve_stream(server, fd, fd):
+                    return 1
             except (OSError, ValueError, EOFError):
                 pass
 
