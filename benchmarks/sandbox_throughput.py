@@ -7,6 +7,12 @@ ratios the foundation issue sets as targets, all measured in this one run:
     faster than a fresh interpreter per grade; docker warm pool >= 3x faster than `docker run`.
 
 Usage: python benchmarks/sandbox_throughput.py [--n 200] [--n-slow 30] [--skip-docker] [--json OUT]
+
+What a change to the sandbox server costs, measured on a busy machine as fairly as it allows: old and
+current server files graded alternately (rounds of n/4 grades each), same task, same process:
+
+    git show HEAD~5:transferlab/coding_rl/sandbox/sandbox_server.py > /tmp/old_server.py
+    python benchmarks/sandbox_throughput.py --against-server /tmp/old_server.py [--backend subprocess]
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from transferlab.coding_rl.sandbox import backends
 from transferlab.coding_rl.sandbox.backends import SandboxUnavailable, make_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
@@ -223,6 +230,33 @@ def run(n: int, n_slow: int, skip_docker: bool) -> dict[str, object]:
     }
 
 
+def bench_against_server(old_server: Path, backend: str, n: int, rounds: int = 4) -> str:
+    """p50/p95 per grade of `old_server` and of the current server, graded in alternating rounds."""
+    task, source = _task_and_source()
+    current = backends.SERVER_PATH
+    lat: dict[str, list[float]] = {"old": [], "current": []}
+    try:
+        for _ in range(rounds):
+            for label, path in (("old", old_server.resolve()), ("current", current)):
+                backends.SERVER_PATH = path  # read when a server process starts
+                sandbox = make_backend(SandboxConfig(backend=backend, workers=1))  # type: ignore[arg-type]
+                try:
+                    verifier = Verifier(sandbox)
+                    check = verifier.grade(task, source)
+                    assert check.status == "passed", check
+                    lat[label] += _latencies(lambda v=verifier: v.grade(task, source), max(1, n // rounds))
+                finally:
+                    sandbox.close()
+    finally:
+        backends.SERVER_PATH = current
+    lines = [f"{backend}: {old_server} vs the current server, {rounds} alternating rounds", ""]
+    lines += ["| server | p50 ms | p95 ms | n |", "|---|---:|---:|---:|"]
+    for label, xs in lat.items():
+        row = _row(label, xs, 0.0)
+        lines.append(f"| {label} | {row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {len(xs)} |")
+    return "\n".join(lines)
+
+
 def render(result: dict[str, object]) -> str:
     lines = [
         f"task: {result['task']}, cores: {result['cores']}",
@@ -252,7 +286,20 @@ def main() -> int:
     p.add_argument("--n-slow", type=int, default=30, help="grades per slow method (baselines, subprocess)")
     p.add_argument("--skip-docker", action="store_true", help="leave out the docker rows")
     p.add_argument("--json", type=Path, help="also write the result as JSON here")
+    p.add_argument(
+        "--against-server",
+        type=Path,
+        metavar="OLD_SERVER.py",
+        help="instead: compare this sandbox_server.py with the current one, alternately",
+    )
+    p.add_argument("--backend", default="forkserver", help="backend for --against-server")
     args = p.parse_args()
+    if args.against_server:
+        if not args.against_server.is_file():
+            print(f"error: {args.against_server} is not a file; pass a saved server file", file=sys.stderr)
+            return 2
+        print(bench_against_server(args.against_server, args.backend, args.n))
+        return 0
     result = run(args.n, args.n_slow, args.skip_docker)
     print(render(result))
     if args.json:

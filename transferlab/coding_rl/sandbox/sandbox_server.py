@@ -1153,7 +1153,9 @@ class Server:
         self.prepare()
         child = self.ready.pop(0)
         if child["pid"] is None:
-            child["pid"] = self._zygote().collect()  # asked for during the last job: long forked by now
+            # before the job is written: the child arms PR_SET_PDEATHSIG once it has its job, which
+            # must be after the intermediate process exited (collect returns only then)
+            child["pid"] = self._zygote().collect()
         started = time.monotonic()
         try:
             write_all(child["job_w"], pack_frame(job))
