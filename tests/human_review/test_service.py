@@ -583,9 +583,40 @@ def test_store_ids_are_random_per_store_and_kept(store: ReviewStore, tmp_path: A
     other.dispose()
 
 
-def test_service_doctests_hold() -> None:
+@pytest.mark.parametrize("name", ["service", "service_common", "service_ratings"])
+def test_service_doctests_hold(name: str) -> None:
     import doctest
+    import importlib
 
-    from transferlab.human_review import service as module
+    module = importlib.import_module(f"transferlab.human_review.{name}")
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
 
-    assert doctest.testmod(module).failed == 0
+
+def _service_imports(name: str) -> set[str]:
+    """The ``service*`` modules of human_review that module ``name`` imports."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(f"transferlab.human_review.{name}")
+    assert spec is not None and spec.origin is not None
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "transferlab.human_review":
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.removeprefix("transferlab.human_review."))
+        elif isinstance(node, ast.Import):
+            found |= {alias.name.removeprefix("transferlab.human_review.") for alias in node.names}
+    return {m for m in found if m.startswith("service")}
+
+
+CONCERNS = ["service_accounts", "service_decisions", "service_execution", "service_ratings"]
+
+
+def test_the_facade_imports_the_concerns_and_they_import_only_the_shared_module() -> None:
+    assert _service_imports("service") == {*CONCERNS, "service_common"}
+    assert _service_imports("service_common") == set()
+    for name in CONCERNS:
+        assert _service_imports(name) == {"service_common"}, name

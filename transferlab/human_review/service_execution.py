@@ -20,6 +20,7 @@ from typing import Any, cast
 from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import ColumnElement
 
 from transferlab.human_review.auth import EXECUTOR_ROLE, Role, role_allows
 from transferlab.human_review.schema import ReviewError, parse_action
@@ -133,14 +134,54 @@ def _check_claim_args(worker: str, lease_seconds: float) -> None:
         raise ReviewError("lease_seconds must be in (0, 604800]")
 
 
+def _next_claimable(
+    ctx: ServiceContext, s: Session, claimable: ColumnElement[bool], skipped: set[int]
+) -> SuggestionRow | None:
+    """The lowest-id claimable suggestion not tried yet (locked, skipping locked ones, on PostgreSQL)."""
+    query = select(SuggestionRow).where(claimable).order_by(SuggestionRow.id).limit(1)
+    if skipped:
+        query = query.where(SuggestionRow.id.not_in(skipped))
+    if ctx.store.dialect == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    return s.scalars(query).first()
+
+
+def _take(
+    ctx: ServiceContext,
+    s: Session,
+    row: SuggestionRow,
+    worker: str,
+    runner: str,
+    until: datetime,
+    claimable: ColumnElement[bool],
+) -> Claim | None:
+    """``row`` leased to ``worker`` until ``until``; None when its decider lost the right (it goes to
+    ``failed``) or a concurrent worker won it."""
+    who = f"worker:{worker}"
+    if row.state in _READY:
+        refusal = _decider_refusal(s, row)
+        if refusal is not None:
+            move(ctx, s, row, "failed", who, refusal, strict=False, reason=refusal, lease_until=None)
+            return None
+    why = (
+        f"lease of worker {row.worker} (attempt {row.attempt}) ran out; taken over"
+        if row.state == "executing"
+        else "claimed"
+    ) + f" (worker runs as {runner})"
+    values = {"worker": worker, "attempt": row.attempt + 1, "lease_until": until}
+    if not move(ctx, s, row, "executing", who, why, where=[claimable], strict=False, **values):
+        return None
+    campaign = parse_action(row.action).to_campaign().to_dict()
+    key = idempotency_key(ctx.store.store_id, row.id)
+    return Claim(row.id, campaign, key, worker, row.attempt, until)
+
+
 def claim(ctx: ServiceContext, actor: User, worker: str, lease_seconds: float) -> Claim | None:
     """:meth:`ReviewService.claim`: the next claimable suggestion for ``worker``, or None.
 
-    Rows are tried in id order (on PostgreSQL with ``FOR UPDATE SKIP LOCKED``); one whose decider lost
-    the right goes to ``failed``, one a concurrent worker won is skipped.
+    Rows are tried in id order until one is taken (:func:`_take`); each is tried once.
     """
     _check_claim_args(worker, lease_seconds)
-    who = f"worker:{worker}"
     with ctx.store.session() as s:
         runner = require(s, actor, EXECUTOR_ROLE, "running the worker (launching suggestions)")
         now = ctx.now()
@@ -148,33 +189,14 @@ def claim(ctx: ServiceContext, actor: User, worker: str, lease_seconds: float) -
             SuggestionRow.state.in_(_READY),
             and_(SuggestionRow.state == "executing", SuggestionRow.lease_until < now),
         )
+        until = now + timedelta(seconds=lease_seconds)
         skipped: set[int] = set()
-        while True:
-            query = select(SuggestionRow).where(claimable).order_by(SuggestionRow.id).limit(1)
-            if skipped:
-                query = query.where(SuggestionRow.id.not_in(skipped))
-            if ctx.store.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            row = s.scalars(query).first()
-            if row is None:
-                return None
+        while (row := _next_claimable(ctx, s, claimable, skipped)) is not None:
             skipped.add(row.id)
-            if row.state in _READY:
-                refusal = _decider_refusal(s, row)
-                if refusal is not None:
-                    move(ctx, s, row, "failed", who, refusal, strict=False, reason=refusal, lease_until=None)
-                    continue
-            why = (
-                f"lease of worker {row.worker} (attempt {row.attempt}) ran out; taken over"
-                if row.state == "executing"
-                else "claimed"
-            ) + f" (worker runs as {runner.name})"
-            until = now + timedelta(seconds=lease_seconds)
-            values = {"worker": worker, "attempt": row.attempt + 1, "lease_until": until}
-            if move(ctx, s, row, "executing", who, why, where=[claimable], strict=False, **values):
-                campaign = parse_action(row.action).to_campaign().to_dict()
-                key = idempotency_key(ctx.store.store_id, row.id)
-                return Claim(row.id, campaign, key, worker, row.attempt, until)
+            taken = _take(ctx, s, row, worker, runner.name, until, claimable)
+            if taken is not None:
+                return taken
+        return None
 
 
 def _held(s: Session, claim: Claim) -> SuggestionRow:
