@@ -3,7 +3,7 @@
 Commands::
 
     transferlab --version
-    transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.platform.demo)
+    transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.demo)
     transferlab compare [--preset quick|full] [--out DIR] [--json]   # seed 000's table, measured
     transferlab runs list [--experiment X] [--runs-root DIR]
     transferlab runs compare RUN [RUN ...] [--metric KEY ...] [--runs-root DIR] [--plot PATH]
@@ -103,8 +103,8 @@ def demo(
 ) -> None:
     """The main job: every demo section, recorded as a run in the run store (experiment "demo")."""
     from transferlab.coding_rl.sandbox.backends import SandboxUnavailable
+    from transferlab.demo import SECTIONS, run_demo
     from transferlab.platform.config import ConfigError
-    from transferlab.platform.demo import SECTIONS, run_demo
 
     if only and not all(1 <= n <= len(SECTIONS) for n in only):
         typer.echo(f"error: --only takes section numbers 1..{len(SECTIONS)}, got {only}", err=True)
@@ -150,7 +150,7 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print result.json instead of the tables.")] = False,
 ) -> None:
     """Seed 000's coding-vs-ecommerce table measured, with seed 004's four questions and three layers."""
-    from transferlab.platform.experiments.compare import PRESETS, run_compare, table_text
+    from transferlab.comparison.compare import PRESETS, run_compare, table_text
     from transferlab.platform.runstore import new_run_id
 
     if preset not in PRESETS:

@@ -579,8 +579,8 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
 def comparison(ctx: DemoContext) -> dict[str, Any]:
     """Seed 000's coding-vs-ecommerce table measured (``transferlab compare``, the ``quick`` preset),
     after the scripted agents on a few held-out OpsAnalysis-v0 tasks."""
-    from transferlab.platform.experiments import measures
-    from transferlab.platform.experiments.compare import PRESETS, run_compare, table_text
+    from transferlab.comparison import measures
+    from transferlab.comparison.compare import PRESETS, run_compare, table_text
     from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, task_ids
 
     agents = {"expert": ExpertAgent(), "naive": NaiveAgent(), "random": RandomAgent(seed=0)}

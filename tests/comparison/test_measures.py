@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from transferlab.platform.experiments import measures as m
+from transferlab.comparison import measures as m
 from transferlab.simulator.ops import task_ids
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results"
 
 

@@ -23,9 +23,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from transferlab.comparison import measures as m
+from transferlab.comparison.measures import Measure, not_measured
 from transferlab.platform.config import BaseConfig
-from transferlab.platform.experiments import measures as m
-from transferlab.platform.experiments.measures import Measure, not_measured
 from transferlab.platform.io import atomic_write_json
 
 FAMILIES = ("coding", "ops_analysis", "campaign_sim", "campaign_offline", "market")
@@ -270,7 +270,7 @@ def _ops_summary(config: CompareConfig) -> tuple[dict[str, Any], str]:
     if "arms" not in data or "scratch" not in data["arms"]:
         raise ValueError(
             f"{path} is not a transfer summary (no arms.scratch): pass the summary.json that "
-            "`python -m transferlab.platform.experiments.transfer --report-dir DIR` writes"
+            "`python -m transferlab.comparison.transfer --report-dir DIR` writes"
         )
     return data, str(path)
 
@@ -282,7 +282,7 @@ def _ops_learned(config: CompareConfig) -> dict[str, Measure]:
     if "rl_gain" not in row:
         gone = not_measured(
             f"no RL run on OpsAnalysis-v0 in {src}: run "
-            "`python -m transferlab.platform.experiments.transfer --report-dir docs/results/transfer`"
+            "`python -m transferlab.comparison.transfer --report-dir docs/results/transfer`"
         )
         return {"gain": gone, "worth": gone, "sft": gone, "explore": gone}
     g = row["rl_gain"]
