@@ -18,21 +18,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from transferlab.coding_rl.experiments.cli import app as experiment_app
 from transferlab.coding_rl.rollout_cli import rollout
+from transferlab.platform.cli_kit import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_UNAVAILABLE, fail
 
 if TYPE_CHECKING:
     from transferlab.coding_rl.tasks.corpus import BuildReport
     from transferlab.coding_rl.tasks.repo_task import RepoTask
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_UNAVAILABLE = 3
 
 app = typer.Typer(
     name="coding",
@@ -55,12 +51,6 @@ app.add_typer(experiment_app, name="experiment")
 WorkersOption = Annotated[
     int, typer.Option("--workers", "-w", min=1, max=64, help="Sandboxes that run jobs in parallel.")
 ]
-
-
-def fail(message: str, code: int) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code`` (no traceback)."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 @tasks_app.command("build")

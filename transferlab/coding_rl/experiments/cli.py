@@ -23,6 +23,8 @@ from typing import Annotated, Any
 
 import typer
 
+from transferlab.platform.cli_kit import fail
+
 app = typer.Typer(
     name="experiment",
     help="Experiments: does it learn, dense vs sparse rewards, KL and masking ablations.",
@@ -67,20 +69,15 @@ BackendOption = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
 def _seeds(text: str | None) -> list[int] | None:
     if text is None:
         return None
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise _fail(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}") from None
+        fail(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}")
     if not seeds or any(s < 0 for s in seeds):
-        raise _fail(f"--seeds needs at least one non-negative integer, got {text!r}")
+        fail(f"--seeds needs at least one non-negative integer, got {text!r}")
     return seeds
 
 
@@ -101,7 +98,7 @@ def _config(
             )
         return cls.model_validate({**config.model_dump(), **updates}) if updates else config
     except (ConfigError, FileNotFoundError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+        fail(str(exc))
 
 
 def _main_guard() -> None:
