@@ -146,7 +146,7 @@ def test_a_missing_json_option_is_refused(tmp_path: Path) -> None:
 
 def test_without_ratings_the_report_says_how_to_collect_them() -> None:
     from transferlab.comparison.compare import with_humans
-    from transferlab.comparison.measures import Measure
+    from transferlab.platform.measures import Measure
 
     plain = with_humans(Measure(0.9, "Spearman", "rubric vs a second grader"), None)
     assert plain.value == 0.9 and "Rate reports" in plain.how and "human" not in plain.extra
