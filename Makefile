@@ -29,6 +29,7 @@ lint: install
 	$(VENV)/bin/ruff check transferlab tests benchmarks
 	$(VENV)/bin/ruff format --check transferlab tests benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q tests/test_architecture.py
 
 bench: install
 	$(PY) benchmarks/sandbox_throughput.py

@@ -10,10 +10,10 @@ from typing import Any
 
 from typer.testing import CliRunner, Result
 
+from transferlab.cli import app
 from transferlab.coding_rl.tasks.repo_task import save_repo_task
 from transferlab.coding_rl.tasks.seed_repos import quick_sort_task
 from transferlab.coding_rl.tasks.validate import CHECKS
-from transferlab.platform.cli import app
 
 runner = CliRunner()
 
@@ -100,7 +100,7 @@ def test_validate_bad_paths(tmp_path: Path) -> None:
 def test_help_stays_light() -> None:
     """`transferlab --help` must not import the task, sandbox or pydantic modules."""
     code = (
-        "import sys; from transferlab.platform.cli import app; "
+        "import sys; from transferlab.cli import app; "
         "heavy = [m for m in ('pydantic', 'rich', 'transferlab.coding_rl.tasks.corpus', "
         "'transferlab.coding_rl.tasks.mutations') if m in sys.modules]; print(heavy)"
     )

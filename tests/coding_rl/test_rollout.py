@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from transferlab.coding_rl.cli import run_rollout
 from transferlab.coding_rl.rollout import byte_ids, open_sandbox, run_batched
-from transferlab.coding_rl.rollout_cli import run_rollout
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
 from transferlab.platform.trajectory import read_trajectories, to_tensors
 

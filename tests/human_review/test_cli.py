@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.cli import app
 from transferlab.human_review import cli as review_cli
-from transferlab.platform.cli import app
 
 runner = CliRunner()
 

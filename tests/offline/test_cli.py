@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.cli import app
 from transferlab.offline.learners import LEARNERS
 from transferlab.offline.obd_ope import ESTIMATORS
-from transferlab.platform.cli import app
 from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
 from transferlab.simulator.world_config import WorldConfig
 

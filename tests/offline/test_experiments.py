@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from transferlab.cli import app
 from transferlab.offline.experiments import ComparisonConfig, preset
-from transferlab.platform.cli import app
 
 
 def test_report_command_quick_preset(tmp_path: Path) -> None:

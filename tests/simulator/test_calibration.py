@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from transferlab.platform.cli import app
+from transferlab.cli import app
 from transferlab.simulator.calibration import (
     CalibrationError,
     calibrate,

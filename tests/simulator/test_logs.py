@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from transferlab.platform.cli import app
+from transferlab.cli import app
 from transferlab.simulator.behaviour import MarketerPolicy
 from transferlab.simulator.logs import LogError, Logs, LogSpec, generate_logs, read_logs, write_logs
 from transferlab.simulator.market import CATALOG, OBS_KEYS

@@ -231,7 +231,7 @@ def test_sim_train_command_end_to_end(tiny_logs: Logs, tmp_path: Path) -> None:
 
     from typer.testing import CliRunner
 
-    from transferlab.platform.cli import app
+    from transferlab.cli import app
     from transferlab.simulator.learned import LearnedSimulator
     from transferlab.simulator.logs import write_logs
 

@@ -53,18 +53,18 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
+from transferlab.platform.cli_kit import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, fail
 from transferlab.platform.io import atomic_write_json
 
 if TYPE_CHECKING:
     from transferlab.human_review.service import ReviewService, User
 
-EXIT_OK = 0
-EXIT_REFUSED = 2
-EXIT_DENIED = 3
+EXIT_REFUSED = EXIT_BAD_INPUT
+EXIT_DENIED = EXIT_UNAVAILABLE
 ENV_PASSWORD = "TRANSFERLAB_PASSWORD"
 ENV_NEW_PASSWORD = "TRANSFERLAB_NEW_PASSWORD"
 ENV_REVIEW_DB = "TRANSFERLAB_REVIEW_DB"
@@ -109,12 +109,6 @@ UserOption = Annotated[
     str | None,
     typer.Option("--user", help="Act as this user (password in $TRANSFERLAB_PASSWORD).", show_default=False),
 ]
-
-
-def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
 
 
 def _url(db: str | None) -> str:

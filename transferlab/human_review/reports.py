@@ -80,7 +80,7 @@ def report_text(action: str) -> str | None:
     >>> report_text('{"action": "query_sales"}') is None
     True
     """
-    from transferlab.simulator.ops.platform import ToolError, parse_action
+    from transferlab.simulator.ops.data_platform import ToolError, parse_action
 
     try:
         call = parse_action(action)

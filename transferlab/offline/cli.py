@@ -8,7 +8,7 @@ Commands::
 
 Exit codes: 0 done; 2 bad input (a file that is missing or malformed, a bad option).
 
-Only typer, the standard library and the simulator CLI's (equally light) helpers are imported at
+Only typer, the standard library and the platform's (equally light) CLI kit are imported at
 module level, so ``transferlab --help`` stays fast; numpy, pandas and the estimators are imported
 inside the commands.
 """
@@ -21,10 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from transferlab.simulator.cli import _fraction_progress, fail
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
+from transferlab.platform.cli_kit import fail, fraction_progress
 
 app = typer.Typer(
     name="offline",
@@ -201,7 +198,7 @@ def train_command(
     lock = RunLock(out)
     try:
         lock.acquire()  # one process per run directory
-        with _fraction_progress(quiet=as_json) as progress:
+        with fraction_progress(quiet=as_json) as progress:
             result = train_offline(tables, cfg, run_dir=out, progress=progress)
     except (DatasetError, ValueError, RunInUseError) as exc:  # bad logs or options, each named with the fix
         fail(str(exc))
@@ -266,7 +263,7 @@ def report_command(
         missing = [str(p) for p in obd_files if not p.is_file()]
         if missing:
             fail(f"--obd: {', '.join(missing)} not found; give the folder holding random/ and bts/")
-    with _fraction_progress(quiet=as_json) as progress:
+    with fraction_progress(quiet=as_json) as progress:
         result = run_comparison(cfg, out, progress=progress, obd=obd_files)
     if as_json:
         print(json.dumps({"out": str(out), **result}))

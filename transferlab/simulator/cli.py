@@ -19,15 +19,12 @@ fast; numpy, pandas, scikit-learn and the simulator are imported inside the comm
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
+from transferlab.platform.cli_kit import echo_progress, fail, fraction_progress, progress_bar
 
 app = typer.Typer(
     name="sim",
@@ -36,12 +33,6 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-
-
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
 
 
 # ---------------------------------------------------------------------------------------------- logs
@@ -71,7 +62,7 @@ def generate_logs_command(
             raise LogError(f"{out} already exists and is not empty: choose a new --out or remove it")
     except (ConfigError, LogError, ValueError) as exc:
         fail(str(exc))
-    with _progress(f"simulating {days} days", total=days, quiet=as_json) as advance:
+    with progress_bar(f"simulating {days} days", total=days, quiet=as_json) as advance:
         logs = generate_logs(spec, progress=lambda done, total: advance())
     write_logs(logs, out)
     summary = {
@@ -85,21 +76,6 @@ def generate_logs_command(
     else:
         for key, value in summary.items():
             print(f"{key:>20}: {value}")
-
-
-@contextmanager
-def _progress(description: str, total: int, quiet: bool) -> Iterator[Callable[[], None]]:
-    """A rich progress bar on stderr (nothing when ``quiet``); yields ``advance()``."""
-    if quiet:
-        yield lambda: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda: bar.advance(task)
 
 
 # ----------------------------------------------------------------------------------------------- fit
@@ -200,7 +176,7 @@ def train_command(
     except (ConfigError, LogError, ValueError, FileExistsError, FileNotFoundError, RunInUseError) as exc:
         fail(str(exc))
     cfg = run.load_config(SimTrainConfig)
-    with run, _fraction_progress(quiet=as_json) as progress:
+    with run, fraction_progress(quiet=as_json) as progress:
         result = train_in_simulator(
             sim, log_tables, cfg, run_dir=run.dir, logger=run.logger, progress=progress, resume=resume
         )
@@ -209,21 +185,6 @@ def train_command(
     else:
         print(result.format_table())
         print(f"run directory: {run.dir}")
-
-
-@contextmanager
-def _fraction_progress(quiet: bool) -> Iterator[Callable[[str, float], None]]:
-    """A rich progress bar on stderr driven by ``progress(message, fraction)`` (nothing when ``quiet``)."""
-    if quiet:
-        yield lambda message, fraction: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("starting", total=1.0)
-        yield lambda message, fraction: bar.update(task, description=message, completed=fraction)
 
 
 # ------------------------------------------------------------------------------------ cdnow-forecast
@@ -407,7 +368,7 @@ def fidelity_command(
         log_tables = read_logs(logs)
     except (SimulatorError, LogError) as exc:
         fail(str(exc))
-    say = (lambda _m: None) if as_json else (lambda m: print(f"... {m}", file=sys.stderr))
+    say = (lambda _m: None) if as_json else echo_progress
     summary = run_fidelity(
         sim, log_tables, out, episodes=episodes, deploy_episodes=deploy_episodes, seed=seed, progress=say
     )

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.cli import app
 from transferlab.coding_rl.experiments.agent import AgentExperimentConfig, summarise_dense_sparse
-from transferlab.platform.cli import app
 
 
 def arm(train_success: list[float], held: list[float]) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.cli import app
 from transferlab.coding_rl.experiments.learn import LearnConfig, summarise, verdict
-from transferlab.platform.cli import app
 from transferlab.platform.stats import Interval
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from transferlab.cli import app
 from transferlab.coding_rl.sandbox.cli import DEFAULT_DOCKER_IMAGE, Backend
 from transferlab.coding_rl.sandbox.config import BACKENDS, SandboxConfig
 from transferlab.coding_rl.tasks.seed_tasks import SEED_DIR
-from transferlab.platform.cli import app
 
 needs_root = pytest.mark.skipif(
     not hasattr(os, "geteuid") or os.geteuid() != 0, reason="the forkserver backend needs root"

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from transferlab.platform.cli import app
+from transferlab.cli import app
 from transferlab.platform.config import load_config
 from transferlab.simulator.learned import LearnedSimulator, SimFitConfig, SimulatorError
 from transferlab.simulator.market import CATALOG

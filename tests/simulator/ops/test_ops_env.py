@@ -9,6 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import transferlab.simulator.envs  # noqa: F401  (registers the ids)
+from transferlab.simulator.ops.data_platform import parse_fields
 from transferlab.simulator.ops.env import (
     ExpertAgent,
     NaiveAgent,
@@ -17,7 +18,6 @@ from transferlab.simulator.ops.env import (
     call,
     run_episode,
 )
-from transferlab.simulator.ops.platform import parse_fields
 from transferlab.simulator.ops.scenarios import FAMILIES, scenario, task_seeds
 
 HELD_OUT = task_seeds("held_out", 2 * len(FAMILIES))  # two tasks of every family

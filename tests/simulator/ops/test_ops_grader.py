@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from transferlab.simulator.ops.data_platform import DataPlatform, ToolError, parse_action, parse_window
 from transferlab.simulator.ops.env import ExpertAgent, OpsAnalysisEnv, run_episode
 from transferlab.simulator.ops.grader import (
     human_report_reward,
@@ -14,7 +15,6 @@ from transferlab.simulator.ops.grader import (
     rubric_human_agreement,
     rubric_score,
 )
-from transferlab.simulator.ops.platform import DataPlatform, ToolError, parse_action, parse_window
 from transferlab.simulator.ops.scenarios import scenario
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from transferlab.simulator.market import CATEGORIES
+from transferlab.simulator.ops.data_platform import DataPlatform, ToolError, parse_action, parse_fields
 from transferlab.simulator.ops.env import ExpertAgent, OpsAnalysisEnv, run_episode
 from transferlab.simulator.ops.grader import rubric_score
-from transferlab.simulator.ops.platform import DataPlatform, ToolError, parse_action, parse_fields
 from transferlab.simulator.ops.scenarios import (
     ALL_CAUSES,
     DROPPED_FAMILIES,

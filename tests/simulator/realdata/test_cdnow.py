@@ -15,7 +15,7 @@ import pytest
 from scipy import integrate, stats
 from typer.testing import CliRunner, Result
 
-from transferlab.platform.cli import app
+from transferlab.cli import app
 from transferlab.simulator.realdata import bgnbd, cdnow, cdnow_prior, purchase_model
 from transferlab.simulator.realdata.bgnbd import BgNbdParams
 from transferlab.simulator.realdata.cdnow import CdnowError, ForecastReport

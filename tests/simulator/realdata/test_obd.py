@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from transferlab.platform.cli import app
+from transferlab.cli import app
 from transferlab.simulator.realdata.click_model import (
     ClickModelConfig,
     calibration_bins,

@@ -28,7 +28,6 @@ from pydantic import Field
 from rich.console import Console
 
 from transferlab.coding_rl.experiments.common import evaluate_agent, mean, opened_sandbox, toy_tokenizer
-from transferlab.coding_rl.experiments.harness import Experiment
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
@@ -36,6 +35,7 @@ from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_plan, toy_repo_
 from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
 from transferlab.platform.config import BaseConfig
+from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci, first_crossing
 from transferlab.platform.trajectory import Trajectory, to_tensors

@@ -24,6 +24,8 @@ from typing import Annotated, Any
 
 import typer
 
+from transferlab.platform.cli_kit import fail
+
 app = typer.Typer(
     name="experiment",
     help="Experiments: does it learn, dense vs sparse rewards, KL and masking ablations.",
@@ -68,22 +70,17 @@ BackendOption = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
 def _run_owned(run: Callable[[], dict[str, Any]], resume: Path | None) -> dict[str, Any]:
     """``run()`` the experiment; a bad ``--resume`` or a run another process owns is one ``error:``."""
     from transferlab.platform.config import ConfigError
     from transferlab.platform.runstore import RunInUseError
 
     if resume is not None and not (resume / "meta.json").is_file():
-        raise _fail(f"--resume {resume} is not a run directory (no meta.json): pass the run's directory")
+        fail(f"--resume {resume} is not a run directory (no meta.json): pass the run's directory")
     try:
         return run()
     except (RunInUseError, ConfigError) as exc:  # ConfigError: the run was saved by another experiment
-        raise _fail(str(exc)) from None
+        fail(str(exc))
 
 
 def _seeds(text: str | None) -> list[int] | None:
@@ -92,9 +89,9 @@ def _seeds(text: str | None) -> list[int] | None:
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise _fail(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}") from None
+        fail(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}")
     if not seeds or any(s < 0 for s in seeds):
-        raise _fail(f"--seeds needs at least one non-negative integer, got {text!r}")
+        fail(f"--seeds needs at least one non-negative integer, got {text!r}")
     return seeds
 
 
@@ -115,7 +112,7 @@ def _config(
             )
         return cls.model_validate({**config.model_dump(), **updates}) if updates else config
     except (ConfigError, FileNotFoundError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+        fail(str(exc))
 
 
 def _main_guard() -> None:

@@ -28,13 +28,13 @@ from transferlab.coding_rl.experiments.common import (
     opened_sandbox,
     toy_tokenizer,
 )
-from transferlab.coding_rl.experiments.harness import Experiment
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.toy import OPERATIONS, noisy_demonstrations, toy_repo_tasks, toy_tasks
 from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
 from transferlab.platform.config import BaseConfig
+from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci
 

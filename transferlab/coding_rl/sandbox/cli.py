@@ -21,20 +21,17 @@ import subprocess
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from transferlab.platform.cli_kit import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_UNAVAILABLE, fail
 
 if TYPE_CHECKING:
     from transferlab.coding_rl.sandbox.backends import SandboxBackend
     from transferlab.coding_rl.sandbox.config import SandboxConfig
     from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
     from transferlab.coding_rl.tasks.code_task import CodeTask
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_UNAVAILABLE = 3
 
 BUILD_IMAGE_SCRIPT = Path(__file__).resolve().parent / "build_image.sh"
 DEFAULT_DOCKER_IMAGE = "transferlab-sandbox:bookworm"  # == SandboxConfig().docker_image (checked in tests)
@@ -66,12 +63,6 @@ BackendOption = Annotated[
         case_sensitive=False,
     ),
 ]
-
-
-def fail(message: str, code: int) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code`` (no traceback)."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -2,9 +2,10 @@
 
 * :mod:`.scenarios`: worlds with a known cause (stock-out, competitor price cut, failed campaign,
   shipping delays, seasonality);
-* :mod:`.platform`: the data platform's tools over a scenario's logs;
+* :mod:`.data_platform`: the data platform's tools over a scenario's logs;
 * :mod:`.grader`: the report rubric, the dense/sparse step tables, human ratings as rewards;
 * :mod:`.env`: ``transferlab/OpsAnalysis-v0`` and scripted agents (expert, naive, random).
+* :mod:`.measures`: the ops family measured for ``transferlab compare``.
 """
 
 from transferlab.simulator.ops.env import ExpertAgent, NaiveAgent, OpsAnalysisEnv, RandomAgent, run_episode

@@ -9,6 +9,13 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from transferlab.platform.tools import CHARSET, MAX_TEXT, to_charset
+from transferlab.simulator.ops.data_platform import (
+    EVIDENCE_SOURCE,
+    TOOLS,
+    DataPlatform,
+    ToolError,
+    parse_action,
+)
 from transferlab.simulator.ops.grader import (
     OpsRewardTable,
     checked_before_report,
@@ -16,7 +23,6 @@ from transferlab.simulator.ops.grader import (
     ops_reward_table,
     rubric_score,
 )
-from transferlab.simulator.ops.platform import EVIDENCE_SOURCE, TOOLS, DataPlatform, ToolError, parse_action
 from transferlab.simulator.ops.scenarios import (
     OpsTask,
     Scenario,
@@ -40,7 +46,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     ## Description
     Each task comes from a world scenario whose cause is known (stock-out, competitor price cut,
     failed campaign, shipping delays, seasonality; :mod:`transferlab.simulator.ops.scenarios`). The
-    agent queries the platform (:mod:`transferlab.simulator.ops.platform`) and ends with
+    agent queries the platform (:mod:`transferlab.simulator.ops.data_platform`) and ends with
     ``generate_report``, graded by the rubric (:func:`~transferlab.simulator.ops.grader.rubric_score`)
     or by a given ``report_scorer`` (e.g. human expert ratings).
 
@@ -223,7 +229,7 @@ class ExpertAgent:
         self.category, self.fields, self.step = category, {}, 0
 
     def act(self, last_observation: str) -> str:
-        from transferlab.simulator.ops.platform import parse_fields
+        from transferlab.simulator.ops.data_platform import parse_fields
 
         self.fields.update(parse_fields(last_observation))
         cat, self.step = self.category, self.step + 1

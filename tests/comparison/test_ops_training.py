@@ -11,7 +11,7 @@ import torch
 from transferlab.coding_rl.policies.model import load_policy
 from transferlab.coding_rl.policies.tokenizer import IM_END
 from transferlab.coding_rl.trainers.demos import scripted_demonstration
-from transferlab.platform.experiments import ops_training as ot
+from transferlab.comparison import ops_training as ot
 from transferlab.platform.metrics import read_metrics
 from transferlab.platform.trajectory import to_tensors
 from transferlab.simulator.ops.env import NaiveAgent

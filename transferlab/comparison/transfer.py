@@ -1,7 +1,7 @@
 """The transfer experiment: does a tool-use policy trained on coding learn ops analysis faster?
 
 Per seed, two arms with the same architecture, tokenizer and ops budget (the same
-:class:`~transferlab.platform.experiments.ops_training.OpsTrainingConfig`: SFT examples and steps,
+:class:`~transferlab.comparison.ops_training.OpsTrainingConfig`: SFT examples and steps,
 GRPO steps x tasks x group size):
 
 * **transfer (A)**: a policy trained on `transferlab/CodeRepair-v0` toy repositories (SFT on the
@@ -26,7 +26,7 @@ ops fine-tuning), after the first GRPO evaluation and at the end, for A vs B; th
 habits (:func:`coding_habits`) are reported too. The report (Markdown + HTML, with plots) is written
 to the run directory and optionally copied to ``--report-dir``.
 
-    python -m transferlab.platform.experiments.transfer --preset cpu --report-dir docs/results/transfer
+    python -m transferlab.comparison.transfer --preset cpu --report-dir docs/results/transfer
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ from transferlab.coding_rl.policies.model import save_policy
 from transferlab.coding_rl.tasks.toy import OPERATIONS
 from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
-from transferlab.platform.config import BaseConfig
-from transferlab.platform.experiments.ops_training import (
+from transferlab.comparison.ops_training import (
     OpsTrainingConfig,
     PrefixLogger,
     fresh_policy,
@@ -57,6 +56,7 @@ from transferlab.platform.experiments.ops_training import (
     shared_tokenizer,
     train_ops,
 )
+from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci, first_crossing
@@ -232,7 +232,7 @@ def run_transfer(
     and report are written by whichever process finds every arm finished; the others return ``{}``.
     """
     from transferlab.coding_rl.experiments.common import opened_sandbox
-    from transferlab.coding_rl.experiments.harness import Experiment
+    from transferlab.platform.harness import Experiment
 
     exp, config = Experiment.open("transfer", config, runs_root, resume, console, only_seeds is not None)
     torch.set_num_threads(1)
@@ -518,17 +518,17 @@ def _settings(report: Report, config: TransferConfig, summary: dict[str, Any], r
         ]
     )
     report.code(
-        "python -m transferlab.platform.experiments.transfer --preset cpu "
+        "python -m transferlab.comparison.transfer --preset cpu "
         "--report-dir docs/results/transfer\n"
         "# or one process per seed on one run directory (the committed run: 3 processes, 2 cores):\n"
-        "python -m transferlab.platform.experiments.transfer --preset cpu --only-seeds 0\n"
-        "python -m transferlab.platform.experiments.transfer --resume RUN --only-seeds 1   # and 2\n"
-        "python -m transferlab.platform.experiments.transfer --resume RUN --report-dir docs/results/transfer"
+        "python -m transferlab.comparison.transfer --preset cpu --only-seeds 0\n"
+        "python -m transferlab.comparison.transfer --resume RUN --only-seeds 1   # and 2\n"
+        "python -m transferlab.comparison.transfer --resume RUN --report-dir docs/results/transfer"
     )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m transferlab.platform.experiments.transfer --preset cpu [--report-dir DIR]``."""
+    """``python -m transferlab.comparison.transfer --preset cpu [--report-dir DIR]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     parser.add_argument("--runs-root", type=Path, default=Path("runs"))

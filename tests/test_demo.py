@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from transferlab.platform.cli import app
+from transferlab.cli import app
+from transferlab.demo import SECTIONS, DemoConfig, DemoContext, DemoResult, DemoSection, run_demo
 from transferlab.platform.config import load_config
-from transferlab.platform.demo import SECTIONS, DemoConfig, DemoContext, DemoResult, DemoSection, run_demo
 from transferlab.platform.metrics import read_metrics
 from transferlab.platform.runstore import RunStore
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transferlab.platform.experiments import transfer as tr
+from transferlab.comparison import transfer as tr
 from transferlab.platform.trajectory import StepRecord, Trajectory
 
 torch.set_num_threads(1)

@@ -25,7 +25,7 @@ short token sequences and lets a coding policy be fine-tuned on ops with the sam
 Metrics are logged under ``ops/`` (``ops/sft/loss``, ``ops/rollout/success_rate``,
 ``ops/heldout/success_rate``, ``ops/heldout/rubric``, ...).
 
-    python -m transferlab.platform.experiments.ops_training --preset cpu --run-dir runs/ops-training
+    python -m transferlab.comparison.ops_training --preset cpu --run-dir runs/ops-training
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.metrics import MetricsLogger, ParquetLogger
 from transferlab.platform.trajectory import Trajectory
+from transferlab.simulator.ops.data_platform import EVIDENCE_SOURCE
 from transferlab.simulator.ops.env import ExpertAgent, OpsAnalysisEnv, run_episode
 from transferlab.simulator.ops.grader import checked_before_report, named_causes
-from transferlab.simulator.ops.platform import EVIDENCE_SOURCE
 from transferlab.simulator.ops.scenarios import OpsTask, scenario, task_seeds
 
-OPS_ENV_FACTORY = "transferlab.platform.experiments.ops_training:make_ops_env"
+OPS_ENV_FACTORY = "transferlab.comparison.ops_training:make_ops_env"
 """``RLConfig.env_factory`` value that makes the coding trainer roll out OpsAnalysis-v0 episodes."""
 
 SUCCESS_SCORE = 8.0
@@ -484,7 +484,7 @@ def fresh_policy(config: OpsTrainingConfig, tokenizer: Any, directory: str | Pat
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m transferlab.platform.experiments.ops_training --preset cpu --run-dir DIR``."""
+    """``python -m transferlab.comparison.ops_training --preset cpu --run-dir DIR``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     parser.add_argument("--seed", type=int, default=0)

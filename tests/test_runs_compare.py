@@ -8,7 +8,7 @@ import pytest
 from pydantic import Field
 from typer.testing import CliRunner
 
-from transferlab.platform.cli import app
+from transferlab.cli import app
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.runstore import RunStore
 

@@ -3,7 +3,7 @@
 Commands::
 
     transferlab --version
-    transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.platform.demo)
+    transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.demo)
     transferlab compare [--preset quick|full] [--out DIR] [--json]   # seed 000's table, measured
     transferlab runs list [--experiment X] [--runs-root DIR]
     transferlab runs compare RUN [RUN ...] [--metric KEY ...] [--runs-root DIR] [--plot PATH]
@@ -35,6 +35,7 @@ from transferlab.coding_rl.sandbox.cli import Backend
 from transferlab.coding_rl.sandbox.cli import app as sandbox_app
 from transferlab.human_review.cli import app as review_app
 from transferlab.offline.cli import app as offline_app
+from transferlab.platform.cli_kit import EXIT_FAILED, EXIT_UNAVAILABLE, echo_progress, fail
 from transferlab.simulator.cli import app as sim_app
 
 if TYPE_CHECKING:
@@ -103,23 +104,20 @@ def demo(
 ) -> None:
     """The main job: every demo section, recorded as a run in the run store (experiment "demo")."""
     from transferlab.coding_rl.sandbox.backends import SandboxUnavailable
+    from transferlab.demo import SECTIONS, run_demo
     from transferlab.platform.config import ConfigError
-    from transferlab.platform.demo import SECTIONS, run_demo
 
     if only and not all(1 <= n <= len(SECTIONS) for n in only):
-        typer.echo(f"error: --only takes section numbers 1..{len(SECTIONS)}, got {only}", err=True)
-        raise typer.Exit(2)
+        fail(f"--only takes section numbers 1..{len(SECTIONS)}, got {only}")
     sections = [s for n, s in enumerate(SECTIONS, start=1) if not only or n in only]
     try:
         result = run_demo(backend=backend.value, runs_root=runs_root, sections=sections)
     except ConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(err))
     except SandboxUnavailable as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(3) from None
+        fail(str(err), EXIT_UNAVAILABLE)
     if not result.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -150,16 +148,14 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print result.json instead of the tables.")] = False,
 ) -> None:
     """Seed 000's coding-vs-ecommerce table measured, with seed 004's four questions and three layers."""
-    from transferlab.platform.experiments.compare import PRESETS, run_compare, table_text
+    from transferlab.comparison.compare import PRESETS, run_compare, table_text
     from transferlab.platform.runstore import new_run_id
 
     if preset not in PRESETS:
-        typer.echo(f"error: --preset must be one of {', '.join(PRESETS)}, got {preset!r}", err=True)
-        raise typer.Exit(2)
+        fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     for option, path in (("--ops-result", ops_result), ("--human-agreement", human_agreement)):
         if path is not None and not path.is_file():
-            typer.echo(f"error: {option} {path} does not exist; give an existing JSON file", err=True)
-            raise typer.Exit(2)
+            fail(f"{option} {path} does not exist; give an existing JSON file")
     config = PRESETS[preset].model_copy(
         update={
             "ops_result": str(ops_result) if ops_result else None,
@@ -167,7 +163,7 @@ def compare(
         }
     )
     run_dir = out or runs_root / "compare" / new_run_id()
-    result = run_compare(config, run_dir, progress=lambda msg: typer.echo(f"... {msg}", err=True))
+    result = run_compare(config, run_dir, progress=echo_progress)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=1, default=str))
         return
@@ -192,8 +188,7 @@ def runs_list(
     try:
         infos = RunStore(runs_root).list_runs(experiment)
     except (ValueError, OSError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(err))
     if not infos:
         where = f"experiment {experiment!r} under {runs_root}" if experiment else str(runs_root)
         typer.echo(f"no runs in {where}")
@@ -401,8 +396,7 @@ def runs_compare(
                 "nothing to plot: no metric key is logged by every run; pick keys with --metric"
             )
     except (_CompareError, OSError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(err))
     ids = [i.run_id for i in infos]
     labels = [i.run_id if ids.count(i.run_id) == 1 else f"{i.experiment}/{i.run_id}" for i in infos]
     differ, n_equal = differing_keys(configs)
@@ -419,8 +413,7 @@ def runs_compare(
         try:
             _plot_compare(plot, labels, frames, keys)
         except OSError as err:
-            typer.echo(f"error: cannot write the plot to {plot}: {err}", err=True)
-            raise typer.Exit(2) from None
+            fail(f"cannot write the plot to {plot}: {err}")
         console.print(f"wrote {plot}")
 
 

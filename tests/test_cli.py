@@ -13,8 +13,8 @@ import typer
 from typer.testing import CliRunner
 
 import transferlab
-from transferlab.platform.cli import app
-from transferlab.platform.demo import DemoConfig
+from transferlab.cli import app
+from transferlab.demo import DemoConfig
 from transferlab.platform.runstore import RunStore
 
 runner = CliRunner()
@@ -110,7 +110,7 @@ def test_runs_list_rejects_a_bad_experiment_name(tmp_path: Path) -> None:
 def test_importing_the_cli_stays_light() -> None:
     """`transferlab --help` must stay fast: no pydantic, pandas, rich, numpy or torch at import time."""
     heavy = ("pydantic", "pandas", "numpy", "torch", "rich", "pyarrow")
-    code = f"import sys, transferlab.platform.cli\nprint(','.join(m for m in {heavy!r} if m in sys.modules))"
+    code = f"import sys, transferlab.cli\nprint(','.join(m for m in {heavy!r} if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == ""
 

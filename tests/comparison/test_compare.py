@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from transferlab.platform.cli import app
-from transferlab.platform.experiments.compare import (
+from transferlab.cli import app
+from transferlab.comparison.compare import (
     FAMILIES,
     LAYERS,
     PROPERTIES,
@@ -123,14 +123,14 @@ def test_report_is_written(run: tuple[Path, str, float]) -> None:
 
 
 def test_ops_learning_without_a_transfer_summary_is_not_measured(tmp_path: Path) -> None:
-    from transferlab.platform.experiments.compare import CompareConfig, _ops_learned
+    from transferlab.comparison.compare import CompareConfig, _ops_learned
 
     learned = _ops_learned(CompareConfig(ops_result=str(tmp_path / "absent.json")))
     assert not learned["gain"].measured and "transfer" in learned["gain"].how
 
 
 def test_a_file_that_is_not_a_transfer_summary_is_refused(tmp_path: Path) -> None:
-    from transferlab.platform.experiments.compare import CompareConfig, _ops_learned
+    from transferlab.comparison.compare import CompareConfig, _ops_learned
 
     (tmp_path / "x.json").write_text(json.dumps({"gain": 3}))
     with pytest.raises(ValueError, match="not a transfer summary"):
@@ -145,8 +145,8 @@ def test_a_missing_json_option_is_refused(tmp_path: Path) -> None:
 
 
 def test_without_ratings_the_report_says_how_to_collect_them() -> None:
-    from transferlab.platform.experiments.compare import with_humans
-    from transferlab.platform.experiments.measures import Measure
+    from transferlab.comparison.compare import with_humans
+    from transferlab.platform.measures import Measure
 
     plain = with_humans(Measure(0.9, "Spearman", "rubric vs a second grader"), None)
     assert plain.value == 0.9 and "Rate reports" in plain.how and "human" not in plain.extra

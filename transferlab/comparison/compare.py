@@ -1,0 +1,475 @@
+"""``transferlab compare``: seed 000's domain table measured, seed 004's four questions and three layers.
+
+Task families: ``coding`` (CodeRepair-v0 and the sandbox verifier), ``ops_analysis`` (OpsAnalysis-v0
+and its rubric), ``campaign_sim`` (campaign decisions in a learned simulator), ``campaign_offline``
+(offline RL on logged campaigns, from the committed ``docs/results/offline_rl/result.json``), and the
+``market`` column: the ground-truth world standing in for a real shop.
+
+>>> cfg = PRESETS["quick"]
+>>> result = run_compare(cfg, Path("runs/compare/x"))  # doctest: +SKIP
+>>> print(table_text(result))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from transferlab.coding_rl.measures import measure_coding
+from transferlab.comparison.measures import measure_offline
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.io import atomic_write_json
+from transferlab.platform.measures import (
+    LAYERS,
+    PROPERTIES,
+    QUESTIONS,
+    Measure,
+    Measured,
+    Progress,
+    Section,
+    not_measured,
+    per_cost,
+)
+from transferlab.simulator.measures import SECONDS_PER_DAY, measure_campaign
+from transferlab.simulator.ops.measures import measure_ops
+
+FAMILIES = ("coding", "ops_analysis", "campaign_sim", "campaign_offline", "market")
+QUESTION_FAMILIES = FAMILIES[:4]
+
+
+class CompareConfig(BaseConfig):
+    """How much to measure; every count is per measurement, and the run takes a few of each."""
+
+    replays: int = Field(default=5, ge=2, le=1000, description="Replays of the same action for determinism.")
+    coding_episodes: int = Field(default=16, ge=2, description="CodeRepair-v0 episodes per worker setting.")
+    agreement_pairs: int = Field(default=12, ge=2, description="Solutions graded by two sandboxes.")
+    ops_tasks: int = Field(default=6, ge=2, description="OpsAnalysis-v0 training tasks used.")
+    ops_episodes: int = Field(default=12, ge=2, description="Ops expert episodes per worker setting.")
+    random_reports: int = Field(
+        default=2, ge=0, description="Random-agent reports per task for grader agreement."
+    )
+    group_size: int = Field(
+        default=4, ge=2, description="Episodes per group (GRPO's G) for the explore question."
+    )
+    world_customers: int = Field(
+        default=300, ge=50, description="Customers in each world / simulated market."
+    )
+    world_seeds: int = Field(default=5, ge=2, description="Market seeds for the campaign replay spread.")
+    campaign_jobs: int = Field(default=4, ge=2, description="Jobs per worker setting in campaign throughput.")
+    campaign_batch: int = Field(default=2, ge=1, description="30-day episodes per campaign throughput job.")
+    sim_log_days: int = Field(
+        default=120, ge=60, description="Days of logs the learned simulator is fitted on."
+    )
+    backend: Literal["forkserver", "subprocess"] = Field(
+        default="forkserver", description="Sandbox backend (forkserver falls back to subprocess)."
+    )
+    results_dir: str = Field(default="docs/results", description="Where the committed results are read from.")
+    human_agreement: str | None = Field(
+        default=None,
+        description="JSON from `transferlab review reports agreement --out FILE`: the rubric vs "
+        "reviewers' 0-10 ratings of ops reports.",
+    )
+    ops_result: str | None = Field(
+        default=None,
+        description="The transfer experiment's summary.json (ops SFT + GRPO); default: "
+        "<results_dir>/transfer/summary.json.",
+    )
+
+
+PRESETS: dict[str, CompareConfig] = {
+    "test": CompareConfig(
+        replays=3,
+        coding_episodes=4,
+        agreement_pairs=4,
+        ops_tasks=3,
+        ops_episodes=4,
+        random_reports=1,
+        group_size=2,
+        world_customers=100,
+        world_seeds=3,
+        campaign_jobs=2,
+        campaign_batch=1,
+        sim_log_days=60,
+    ),
+    "quick": CompareConfig(),
+    "full": CompareConfig(
+        replays=20,
+        coding_episodes=64,
+        agreement_pairs=60,
+        ops_tasks=20,
+        ops_episodes=40,
+        random_reports=4,
+        group_size=4,
+        world_customers=1000,
+        world_seeds=20,
+        campaign_jobs=8,
+        campaign_batch=4,
+        sim_log_days=240,
+    ),
+}
+
+
+@dataclass
+class CompareResult:
+    """The measured table, the four questions and the three layers, per family."""
+
+    config: CompareConfig
+    table: dict[str, dict[str, Measure]] = field(default_factory=dict)  # property -> family -> Measure
+    questions: dict[str, dict[str, Measure]] = field(default_factory=dict)  # family -> question -> Measure
+    diagnosis: dict[str, dict[str, Measure]] = field(default_factory=dict)  # family -> layer -> Measure
+    panel: dict[str, dict[str, float]] = field(default_factory=dict)
+    throughput: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    transfer: list[dict[str, str]] = field(default_factory=list)  # one row per arm, from the summary
+    transfer_source: str = ""
+    wall_s: float = 0.0
+    run_dir: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def conv(d: Mapping[str, Mapping[str, Measure]]) -> dict[str, Any]:
+            return {k: {kk: vv.to_dict() for kk, vv in v.items()} for k, v in d.items()}
+
+        return {
+            "config": self.config.to_dict(),
+            "table": conv(self.table),
+            "questions": conv(self.questions),
+            "diagnosis": conv(self.diagnosis),
+            "panel": self.panel,
+            "throughput": {k: {str(w): r for w, r in v.items()} for k, v in self.throughput.items()},
+            "transfer": self.transfer,
+            "transfer_source": self.transfer_source,
+            "wall_s": self.wall_s,
+        }
+
+
+# ------------------------------------------------------------------------------------------ coding
+
+
+# --------------------------------------------------------------------------------------------- ops
+
+
+def _ops_summary(config: CompareConfig) -> tuple[dict[str, Any], str]:
+    """The transfer experiment's committed summary (its scratch arm is plain ops SFT + GRPO), or {}."""
+    path = Path(config.ops_result or Path(config.results_dir, "transfer", "summary.json"))
+    if not path.is_file():
+        return {}, str(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "arms" not in data or "scratch" not in data["arms"]:
+        raise ValueError(
+            f"{path} is not a transfer summary (no arms.scratch): pass the summary.json that "
+            "`python -m transferlab.comparison.transfer --report-dir DIR` writes"
+        )
+    return data, str(path)
+
+
+def _ops_learned(config: CompareConfig) -> dict[str, Measure]:
+    """RL gain, its cost, SFT success and GRPO's non-flat groups, from the transfer experiment's summary."""
+    data, src = _ops_summary(config)
+    row = data.get("arms", {}).get("scratch", {})
+    if "rl_gain" not in row:
+        gone = not_measured(
+            f"no RL run on OpsAnalysis-v0 in {src}: run "
+            "`python -m transferlab.comparison.transfer --report-dir docs/results/transfer`"
+        )
+        return {"gain": gone, "worth": gone, "sft": gone, "explore": gone}
+    g = row["rl_gain"]
+    seeds = len(row.get("episodes_to_threshold", []))
+    gain = Measure(
+        100 * g["estimate"],
+        "pts",
+        f"GRPO - SFT held-out success of the from-scratch ops policy, {seeds} seeds (95% CI "
+        f"[{100 * g['low']:+.1f}, {100 * g['high']:+.1f}] pts; mean rubric change per seed "
+        + ", ".join(f"{r:+.2f}" for r in row.get("rubric_gain_per_seed", []))
+        + f"; {src})",
+        {"low": 100 * g["low"], "high": 100 * g["high"]},
+    )
+    cpu_h = float(row.get("ops_cpu_hours", float("nan")))
+    worth = Measure(
+        per_cost(100 * g["estimate"], cpu_h),
+        "pts/CPU-h",
+        f"GRPO gain {100 * g['estimate']:+.1f} pts over {cpu_h:.2f} CPU-hours of ops SFT + GRPO ({src})",
+    )
+    sft = row["stages"]["sft"]["success"]
+    basic = Measure(
+        sft["estimate"],
+        "success",
+        f"ops SFT held-out success (rubric >= 8), 95% CI [{sft['low']:.2f}, {sft['high']:.2f}] ({src})",
+        {"low": sft["low"], "high": sft["high"]},
+    )
+    explore = (
+        Measure(
+            row["nonflat_group_share"],
+            "non-flat",
+            f"share of the ops GRPO run's groups with non-zero reward variance (dense rewards; {src})",
+        )
+        if "nonflat_group_share" in row
+        else not_measured(f"no GRPO group statistics in {src}")
+    )
+    return {"gain": gain, "worth": worth, "sft": basic, "explore": explore}
+
+
+def _ci(d: Mapping[str, Any], fmt: str = ".2f") -> str:
+    return f"{format(d['estimate'], fmt)} [{format(d['low'], fmt)}, {format(d['high'], fmt)}]"
+
+
+def transfer_rows(summary: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The transfer experiment per arm: success after SFT and at the end, GRPO's gain, episodes to the
+    threshold per seed, and the two ops habits after SFT and at the end (95% intervals)."""
+    rows = []
+    for arm, row in summary.get("arms", {}).items():
+        st = row["stages"]
+        eps = ", ".join("never" if e is None else f"{e:.0f}" for e in row["episodes_to_threshold"])
+        out = {
+            "arm": arm,
+            "SFT success": _ci(st["sft"]["success"]) if "sft" in st else "—",
+            "end success": _ci(st["end"]["success"]) if "end" in st else "—",
+            "GRPO gain": _ci(row["rl_gain"], "+.2f") if "rl_gain" in row else "—",
+            f"episodes to {summary.get('threshold', 0):.0%}": eps,
+        }
+        for habit in ("query_before_concluding", "check_before_reporting"):
+            if "sft" in st and "end" in st:
+                before, after = st["sft"]["habits"][habit], st["end"]["habits"][habit]
+                out[f"{habit} (SFT -> end)"] = f"{before['estimate']:.2f} -> {after['estimate']:.2f}"
+            else:
+                out[f"{habit} (SFT -> end)"] = "—"
+        rows.append(out)
+    return rows
+
+
+def measure_transfer(config: CompareConfig, result: CompareResult, say: Progress) -> None:
+    """Read the transfer experiment's committed summary into ``result.transfer``."""
+    say("transfer: committed summary")
+    data, src = _ops_summary(config)
+    result.transfer, result.transfer_source = transfer_rows(data), src
+    if data and "transfer_minus_scratch" in data:
+        diff = _ci(data["transfer_minus_scratch"], "+.2f")
+        result.transfer_source = f"{src}; transfer - scratch at the end: {diff}"
+
+
+def with_humans(agree: Measure, path: str | None) -> Measure:
+    """The rubric-vs-second-grader measure, with the rubric-vs-humans agreement added when rated."""
+    how = "review app: "
+    if path is None or not Path(path).is_file():
+        how += (
+            "no human ratings given (rate reports on the app's 'Rate reports' page, then "
+            "`transferlab review reports agreement --out FILE` and `--human-agreement FILE`)"
+        )
+        return Measure(agree.value, agree.unit, f"{agree.how}; {how}", agree.extra)
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    missing = {"spearman", "mean_abs_diff", "n"} - set(data)
+    if missing:
+        raise ValueError(
+            f"{path} lacks {sorted(missing)}: "
+            "pass the file that `transferlab review reports agreement --out` writes"
+        )
+    how += (
+        f"rubric vs reviewers on {data['n']} rated reports: Spearman {data['spearman']:.2f}, "
+        f"mean |diff| {data['mean_abs_diff']:.2f} points"
+    )
+    extra = agree.extra | {"human": data}
+    return Measure(agree.value, agree.unit, f"{agree.how}; {how}", extra)
+
+
+def ops_with_trained_runs(config: CompareConfig, say: Progress) -> Measured:
+    """The ops column: OpsAnalysis-v0 measured, with the trained policy's figures from the transfer
+    experiment's summary (RL gain and its worth, SFT success, GRPO's groups) and the reviewers'
+    agreement with the rubric when rated."""
+    measured = measure_ops(
+        config.replays, config.ops_tasks, config.ops_episodes, config.random_reports, config.group_size, say
+    )
+    table, questions, diagnosis = (
+        measured.sections["ops_analysis"][k] for k in ("table", "questions", "diagnosis")
+    )
+    table["objectivity"] = with_humans(table["objectivity"], config.human_agreement)
+    learned = _ops_learned(config)
+    if learned["explore"].measured:
+        questions["explore"] = learned["explore"]
+    if learned["sft"].measured:
+        diagnosis["basic"] = learned["sft"]
+    table["tool_use"] = diagnosis["sequential"] = learned["gain"]
+    questions["worth_cost"] = learned["worth"]
+    return measured
+
+
+# ---------------------------------------------------------------------------------------- the run
+
+
+def run_compare(config: CompareConfig, out_dir: Path, progress: Progress | None = None) -> CompareResult:
+    """Measure every family, then write ``config.json``, ``result.json`` and the report into ``out_dir``."""
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    result = CompareResult(config)
+    sections: dict[str, Section] = {}
+    for measured in (
+        measure_coding(
+            config.replays,
+            config.agreement_pairs,
+            config.coding_episodes,
+            config.backend,
+            config.results_dir,
+            say,
+        ),
+        ops_with_trained_runs(config, say),
+        measure_campaign(
+            config.world_customers,
+            config.sim_log_days,
+            config.world_seeds,
+            config.campaign_jobs,
+            config.campaign_batch,
+            config.group_size,
+            say,
+        ),
+    ):
+        sections.update(measured.sections)
+        result.throughput.update(measured.throughput)
+        result.panel.update(measured.panel)
+    sections["campaign_offline"] = measure_offline(config.results_dir, sections["market"]["table"], say)
+    measure_transfer(config, result, say)
+    result.table = {p: {f: sections[f]["table"][p] for f in FAMILIES} for p in PROPERTIES}
+    result.questions = {f: sections[f]["questions"] for f in QUESTION_FAMILIES}
+    result.diagnosis = {f: sections[f]["diagnosis"] for f in QUESTION_FAMILIES}
+    result.wall_s = time.perf_counter() - t0
+    result.run_dir = Path(out_dir)
+    say("writing the report")
+    out = Path(out_dir)
+    config.save(out / "config.json")
+    atomic_write_json(out / "result.json", result.to_dict())
+    write_report(result, out)
+    return result
+
+
+def table_rows(result: CompareResult) -> list[dict[str, str]]:
+    return [
+        {"property": PROPERTIES[p], **{f: result.table[p][f].cell() for f in FAMILIES}} for p in PROPERTIES
+    ]
+
+
+def _width(text: str) -> int:
+    """Terminal columns of ``text`` (CJK characters take two)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _text_table(rows: list[dict[str, str]]) -> str:
+    cols = list(rows[0])
+    width = {c: max(_width(c), *(_width(r[c]) for r in rows)) for c in cols}
+
+    def pad(text: str, c: str) -> str:
+        return text + " " * (width[c] - _width(text))
+
+    line = " | ".join(pad(c, c) for c in cols)
+    sep = "-+-".join("-" * width[c] for c in cols)
+    return "\n".join([line, sep, *(" | ".join(pad(r[c], c) for c in cols) for r in rows)])
+
+
+def table_text(result: CompareResult) -> str:
+    """Seed 000's domain table with measured numbers, then the four questions and three layers."""
+    questions = [
+        {"question": QUESTIONS[q], **{f: result.questions[f][q].cell() for f in QUESTION_FAMILIES}}
+        for q in QUESTIONS
+    ]
+    layers = [
+        {"layer": LAYERS[k], **{f: result.diagnosis[f][k].cell() for f in QUESTION_FAMILIES}} for k in LAYERS
+    ]
+    parts = [_text_table(table_rows(result)), _text_table(questions), _text_table(layers)]
+    if result.transfer:
+        parts.append(f"transfer coding -> ops ({result.transfer_source})\n" + _text_table(result.transfer))
+    return "\n\n".join(parts)
+
+
+def _how(rows: Mapping[str, Mapping[str, Measure]], names: Mapping[str, str]) -> list[str]:
+    return [
+        f"{names[k]} / {f}: {meas.cell()} — {meas.how}" for k, row in rows.items() for f, meas in row.items()
+    ]
+
+
+def _throughput_figure(result: CompareResult) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    names = list(result.throughput)
+    x = np.arange(len(names))
+    for j, w in enumerate((1, 2)):
+        ax.bar(
+            x + (j - 0.5) * 0.38,
+            [result.throughput[k][w]["eps_per_s"] for k in names],
+            0.38,
+            label=f"{w} worker(s)",
+        )
+    ax.axhline(1 / (30 * SECONDS_PER_DAY), color="C3", linestyle="--", label="real shop: one 30-day episode")
+    ax.set_yscale("log")
+    ax.set_xticks(x, names)
+    ax.set_ylabel("episodes per second")
+    ax.legend(frameon=False, fontsize="small")
+    return fig
+
+
+def _panel_figure(panel: Mapping[str, Mapping[str, float]]) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    for name, v in panel.items():
+        ax.scatter(v["gmv"], v["profit"], color="C0")
+        ax.annotate(name, (v["gmv"], v["profit"]), fontsize=7)
+    ax.set_xlabel("GMV per 30-day episode ($)")
+    ax.set_ylabel("profit per 30-day episode ($)")
+    ax.grid(True, alpha=0.3)
+    return fig
+
+
+def write_report(result: CompareResult, out: Path) -> Any:
+    from transferlab.platform.reports import Report
+
+    report = Report("Coding vs ecommerce: seed 000's domain table, measured")
+    report.paragraph(
+        "Each cell is a number measured in this run (or read from a committed result, which it says); the "
+        f"run took {result.wall_s:.0f} s. How each was measured is listed under the tables."
+    )
+    report.heading("The domain table (seed 000)")
+    report.table(table_rows(result))
+    report.heading("Four questions before RL (seed 004)")
+    report.table(
+        [
+            {"question": QUESTIONS[q], **{f: result.questions[f][q].cell() for f in QUESTION_FAMILIES}}
+            for q in QUESTIONS
+        ]
+    )
+    report.heading("Three-layer diagnosis (seed 004)")
+    report.table(
+        [
+            {"layer": LAYERS[k], **{f: result.diagnosis[f][k].cell() for f in QUESTION_FAMILIES}}
+            for k in LAYERS
+        ]
+    )
+    report.heading("The transfer experiment: coding-pretrained vs from scratch on ops")
+    if result.transfer:
+        report.table(result.transfer)
+        report.paragraph(
+            f"From {result.transfer_source} (held-out success = rubric >= 8; 95% bootstrap intervals; "
+            "the full report with curves is docs/results/transfer/report.md)."
+        )
+    else:
+        report.paragraph(f"Not run: no transfer summary at {result.transfer_source}.")
+    report.figure(
+        _throughput_figure(result), "throughput", "Episodes per second on 1 and 2 workers (log scale)."
+    )
+    if result.panel:
+        report.figure(
+            _panel_figure(result.panel), "gmv_profit", "GMV vs profit of the policy panel in the world."
+        )
+    report.heading("How each number was measured")
+    report.bullets(_how(result.table, PROPERTIES))
+    report.bullets(
+        _how({q: {f: result.questions[f][q] for f in QUESTION_FAMILIES} for q in QUESTIONS}, QUESTIONS)
+    )
+    report.bullets(_how({k: {f: result.diagnosis[f][k] for f in QUESTION_FAMILIES} for k in LAYERS}, LAYERS))
+    report.code(json.dumps(result.config.to_dict(), indent=1), "json")
+    return report.write(out)
