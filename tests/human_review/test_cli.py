@@ -500,7 +500,7 @@ def test_users_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
     def add(name: str, answers: list[str]) -> tuple[int, str]:
         pid, fd = pty.fork()
         if pid == 0:  # the child: the CLI with the pty as its terminal
-            argv = [sys.executable, "-c", "from transferlab.platform.cli import main; main()"]
+            argv = [sys.executable, "-c", "from transferlab.cli import main; main()"]
             argv += ["review", "users", "add", name, "--role", "admin", "--db", url]
             env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFERLAB_")}
             os.execve(sys.executable, argv, env)
@@ -557,7 +557,7 @@ def test_serve_listens_on_loopback_unless_told_and_warns_then(tmp_path: Path, ad
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    argv = [sys.executable, "-c", "from transferlab.platform.cli import main; main()", "review", "serve"]
+    argv = [sys.executable, "-c", "from transferlab.cli import main; main()", "review", "serve"]
     argv += ["--port", str(port), "--db", f"sqlite:///{tmp_path / 'review.db'}"]
     argv += ["--address", address] if address else []
     log = (tmp_path / "serve.log").open("wb")

@@ -351,7 +351,7 @@ def test_sim_training_killed_twice_and_resumed_logs_each_iteration_once(tmp_path
 def test_sim_train_refuses_a_run_another_process_owns(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from transferlab.platform.cli import app
+    from transferlab.cli import app
     from transferlab.simulator.train import open_train_run
 
     run_dir = tmp_path / "runs" / "sim-train" / "busy"

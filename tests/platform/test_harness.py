@@ -14,9 +14,9 @@ from pydantic import Field
 from rich.console import Console
 from typer.testing import CliRunner
 
-from transferlab.coding_rl.experiments.harness import Experiment
-from transferlab.platform.cli import app
+from transferlab.cli import app
 from transferlab.platform.config import BaseConfig
+from transferlab.platform.harness import Experiment
 from transferlab.platform.metrics import read_metrics
 from transferlab.platform.runstore import RunInUseError, RunStore
 
