@@ -1,5 +1,5 @@
 """Simulator speed: customer-days per second of the vector world and the learned simulator against the
-straightforward one-simpy-process-per-customer world, measured in one run, with the issue-5 targets.
+straightforward one-simpy-process-per-customer world, measured in one run, against speed targets.
 
 Measured here, every rate in one process with one thread (numpy's BLAS pools limited to 1):
 
@@ -10,10 +10,11 @@ Measured here, every rate in one process with one thread (numpy's BLAS pools lim
   until their runs add up to ``min_seconds``; the median run is reported;
 * the learned simulator's batched ``SimMarket`` (``transferlab.simulator.learned``): ``reset`` then
   ``days`` steps of ``batch`` markets of 1,000 customers, each market with its own random actions;
-* seed 000's training budget, 100,000 episodes x 30 days x 1,000 customers with the learned
-  simulator on ``processes`` processes: projected from the single-process rate, and measured by
-  running a fraction of the episodes on that many processes at once and extrapolating linearly
-  (the one-off start-up, process spawn and compile, is added once, not extrapolated).
+* the training budget of simulator-assisted training in the project's founding design note,
+  100,000 episodes x 30 days x 1,000 customers with the learned simulator on ``processes``
+  processes: projected from the single-process rate, and measured by running a fraction of the
+  episodes on that many processes at once and extrapolating linearly (the one-off start-up, process
+  spawn and compile, is added once, not extrapolated).
 
 A customer-day is one customer simulated for one day. Verdicts are computed from the measurements
 against the targets: >= 100x the per-customer reference (same market size), >= 1M customer-days per
@@ -67,7 +68,7 @@ class SpeedConfig:
     sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
     """Market sizes (customers) at which the reference and the vector world are both timed."""
     days: int = 30
-    """Days simulated per timed run (an episode: seed 000's 30 days)."""
+    """Days simulated per timed run (an episode: 30 days, the longest an ecommerce result takes)."""
     repeats: int = 3
     """Rounds of timed runs per implementation and size (the worlds alternate round by round)."""
     min_seconds: float = 3.0
@@ -77,7 +78,7 @@ class SpeedConfig:
     episode_customers: int = 1_000
     """Customers per market in the learned simulator and the training-budget projection."""
     target_episodes: int = 100_000
-    """Episodes in seed 000's training budget."""
+    """Episodes in the training budget (the design note trains 100,000 episodes in the simulator)."""
     measured_episodes: int = 4_000
     """Episodes actually simulated on ``processes`` processes for the measured projection."""
     processes: int = 2
@@ -305,7 +306,7 @@ def time_learned_batches(
 
 
 def training_budget(cfg: SpeedConfig, params: SimParams, best: dict[str, Any]) -> dict[str, Any]:
-    """Seed 000's training budget: projected from the best single-process rate, and measured."""
+    """The training budget (100,000 episodes): projected from the best single-process rate, and measured."""
     budget = measure_budget(cfg, params, best["markets"])
     total = cfg.target_episodes * cfg.days * cfg.episode_customers
     env = EpisodeConfig()

@@ -4,7 +4,7 @@ Commands::
 
     transferlab --version
     transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.demo)
-    transferlab compare [--preset quick|full] [--out DIR] [--json]   # seed 000's table, measured
+    transferlab compare [--preset quick|full] [--out DIR] [--json]   # coding-vs-ecommerce table, measured
     transferlab runs list [--experiment X] [--runs-root DIR]
     transferlab runs compare RUN [RUN ...] [--metric KEY ...] [--runs-root DIR] [--plot PATH]
     transferlab sandbox grade TASK.json SOLUTION.py [--backend B] [--json] [--workers N]
@@ -147,7 +147,14 @@ def compare(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print result.json instead of the tables.")] = False,
 ) -> None:
-    """Seed 000's coding-vs-ecommerce table measured, with seed 004's four questions and three layers."""
+    """The coding-vs-ecommerce table of domain properties, measured; then the readiness checks.
+
+    The table: determinism, reward delay, parallel exploration, cost per trial and reward objectivity
+    for each task family. The readiness checks: four questions to answer before RL (is the reward
+    trustworthy, can the policy explore different outcomes, can the environment be repeated, is the
+    gain worth the cost) and a three-layer diagnosis of where an agent fails (information and
+    interface, basic behaviour, sequential decisions).
+    """
     from transferlab.comparison.compare import PRESETS, run_compare, table_text
     from transferlab.platform.runstore import new_run_id
 

@@ -8,12 +8,14 @@ this module stays cheap. To add a section, append it to :data:`SECTIONS`.
 
 Sections so far:
 
-1. ``coding: seed tasks in the sandbox``: grades every seed solution (quick sort from seed 000,
-   binary search from seed 004), then the seed 000 worked example: the buggy quick sort's reward
-   (8.0) and its advantage against an expected reward of 7.5 (+0.5).
+1. ``coding: seed tasks in the sandbox``: grades every seed solution (a quick sort that drops the
+   elements equal to the pivot, a binary search with both boundaries written ``low = mid`` /
+   ``high = mid``), then the worked example of the project's founding design note: the buggy quick
+   sort's reward (8.0) and its advantage against an expected reward of 7.5 (+0.5).
 2. ``coding: scripted agents in CodeRepair-v0``: builds a small task corpus (seed repositories plus
    HumanEval functions with injected bugs), runs the expert, naive and random agents on its held-out
-   split, and replays seed 000's calculator story (early attempt negative, expert workflow +35.5).
+   split, and replays the calculator story (fix division by zero): an early-training attempt that
+   writes without reading scores negative, the expert workflow +35.5.
 3. ``coding: a tiny policy trained with SFT then GRPO``: a from-scratch policy and tokenizer, SFT on
    toy code tasks, a few GRPO steps with rewards from the sandbox, held-out success before and after.
 4. ``ecommerce: logs, a simulator learned from them, a policy trained in it``.
@@ -58,7 +60,7 @@ __all__ = [
 
 EXPERIMENT = "demo"
 SEED000_EXPECTED_REWARD = 7.5
-"""The expected reward (baseline) of seed 000's worked example."""
+"""The expected reward (baseline) of the founding design note's worked example, the buggy quick sort."""
 SEED000_SOLUTION = "quick_sort_buggy.py"
 DEMO_LOG_DAYS = 365
 DEMO_CUSTOMERS = 2000
@@ -139,7 +141,7 @@ def _components(components: dict[str, float]) -> str:
 
 
 def coding_seed_tasks(ctx: DemoContext) -> dict[str, Any]:
-    """Grade every seed solution in the sandbox, then show seed 000's reward and advantage."""
+    """Grade every seed solution in the sandbox, then the buggy quick sort's reward and advantage."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
     from rich.table import Table
 
@@ -577,7 +579,7 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
 
 
 def comparison(ctx: DemoContext) -> dict[str, Any]:
-    """Seed 000's coding-vs-ecommerce table measured (``transferlab compare``, the ``quick`` preset),
+    """The coding-vs-ecommerce domain table measured (``transferlab compare``, ``quick`` preset),
     after the scripted agents on a few held-out OpsAnalysis-v0 tasks."""
     from transferlab.comparison.compare import PRESETS, run_compare, table_text
     from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, task_ids

@@ -1,4 +1,4 @@
-"""Streamlit apps; thin, the logic lives in the packages (issue 7).
+"""Streamlit apps; thin, the logic lives in the packages.
 
 ``review_app.py`` is the human review app: ``streamlit run transferlab/apps/review_app.py``.
 """

@@ -1,4 +1,4 @@
-"""The human review app: sign in, then the pages your role may see (issue 7).
+"""The human review app: sign in, then the pages your role may see.
 
 Run it with ``streamlit run transferlab/apps/review_app.py``; it reads the database URL from
 ``$TRANSFERLAB_REVIEW_DB`` (default: a SQLite file in the user data dir). Pages are registered once per

@@ -1,10 +1,11 @@
 """Scripted agents for `transferlab/CodeRepair-v0`: baselines and demonstration makers.
 
 - ``random``: valid JSON calls to random tools with random arguments;
-- ``naive``: seed 000's early-training attempt — read the tests, search, then write a patch without
-  reading the source (it overwrites the module with only the fixed entry point);
-- ``expert``: seed 000's "after 1000 rounds" workflow — read tests, search, read the source, edit
-  the bug (it knows the injected bug), run the failing test, run all tests, submit.
+- ``naive``: the early-training attempt of the founding design note's calculator story — read the
+  tests, search, then write a patch without reading the source (it overwrites the module with only
+  the fixed entry point);
+- ``expert``: the same story's workflow "after 1000 rounds" of training — read tests, search, read
+  the source, edit the bug (it knows the injected bug), run the failing test, run all tests, submit.
 
 An agent is a plan: ``act(observation) -> action text``; ``begin(task)`` starts an episode.
 """
@@ -75,7 +76,7 @@ def _first_failing_dev_test(task: RepoTask) -> int:
 
 
 class NaiveAgent:
-    """Writes a patch without reading the source (seed 000's early attempt), then tests and submits.
+    """Writes a patch without reading the source (an early-training attempt), then tests and submits.
 
     Without reading, it cannot know the code: its patch is a blind one-line edit (a random mutation of
     the entry point, which it has only seen in a search hit), written over the whole module.

@@ -1,4 +1,11 @@
-"""``transferlab compare``: seed 000's domain table measured, seed 004's four questions and three layers.
+"""``transferlab compare``: the coding-vs-ecommerce domain table measured, plus the readiness checks.
+
+The domain table is the comparison of environment properties from the project's founding design
+note: determinism, reward delay, parallel exploration, cost per trial, reward objectivity and whether
+tool use is trainable. The readiness checks come from the project's readiness checklist: four
+questions to answer before RL (is the reward trustworthy, can the policy explore different outcomes,
+can the environment be repeated, is the gain worth the cost) and a three-layer diagnosis of where an
+agent fails (information and interface, basic behaviour, sequential decisions).
 
 Task families: ``coding`` (CodeRepair-v0 and the sandbox verifier), ``ops_analysis`` (OpsAnalysis-v0
 and its rubric), ``campaign_sim`` (campaign decisions in a learned simulator), ``campaign_offline``
@@ -369,7 +376,7 @@ def _text_table(rows: list[dict[str, str]]) -> str:
 
 
 def table_text(result: CompareResult) -> str:
-    """Seed 000's domain table with measured numbers, then the four questions and three layers."""
+    """The domain table with measured numbers, then the four readiness questions and three layers."""
     questions = [
         {"question": QUESTIONS[q], **{f: result.questions[f][q].cell() for f in QUESTION_FAMILIES}}
         for q in QUESTIONS

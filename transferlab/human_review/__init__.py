@@ -1,4 +1,4 @@
-"""Suggestions, approval, exactly-once execution and delayed feedback (issue 7).
+"""The human review workflow: suggestions, approval, exactly-once execution and delayed feedback.
 
 The logic lives here and never imports streamlit; ``transferlab.apps`` holds the pages. See
 ``docs/design/human_review_contract.md``.

@@ -1,4 +1,4 @@
-"""`transferlab review ...`: the human review workflow on the command line (issue 7).
+"""`transferlab review ...`: the human review workflow on the command line.
 
 Commands::
 
@@ -403,9 +403,10 @@ def rate_command(
     db: DbOption = None,
     user: UserOption = None,
 ) -> None:
-    """Rate an assistant's analysis report 0-10 (seed 000's stage 1 reward); prints the rating's id.
+    """Rate an assistant's analysis report 0-10; prints the rating's id.
 
-    Ratings are kept as rewards (score / 10) for the ops tool environment.
+    Ratings are kept as rewards (score / 10) for the ops tool environment, whose reward is an
+    expert's rating of the agent's final report.
     """
     service = _service(db)
     actor = _sign_in(service, user)

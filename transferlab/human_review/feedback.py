@@ -1,7 +1,8 @@
-"""Learning from results that came back: seed 000's ``agent.learn_from_real_feedback``.
+"""Learning from results that came back: the last step of human-machine collaboration.
 
-Executed suggestions come back days later with their real outcome (``feedback_received``). Here they
-feed learning:
+The assistant suggests, a person approves, the suggestion is executed, and days later its real
+outcome comes back (``feedback_received``) for the assistant to learn from (the founding design
+note's ``agent.learn_from_real_feedback``). Here the outcomes feed learning:
 
 - :func:`predict_campaign` is the learned simulator's prediction for one campaign (the evidence a
   suggestion carries, with an interval over simulated markets);
@@ -10,7 +11,7 @@ feed learning:
   (:func:`transferlab.simulator.calibration.calibrate`), so the next predictions start from the truth
   that came back; the same table is the proposer's new training data;
 - :func:`ratings_as_rewards` turns reviewers' 0-10 ratings of analysis reports into rewards in [0, 1]
-  (seed 000's stage 1 reward is a human expert's rating) for the ops tool environment;
+  for the ops tool environment (whose reward is a human expert's rating of the report);
 - :func:`close_the_loop` runs the whole loop for ``rounds`` rounds through the real service, market
   and worker, and measures the simulator's prediction error on each round's executed campaigns
   before it learned from them: the loop closes when that error falls.

@@ -1,4 +1,4 @@
-"""Ops analysis reports for people to rate, and how the rubric agrees with them (issue 8).
+"""Ops analysis reports for people to rate, and how the rubric agrees with them.
 
 :func:`queue_ops_reports` runs ``transferlab/OpsAnalysis-v0`` episodes with the scripted agents and
 stores each final report with its rubric score; reviewers rate them 0-10 (the app's "Rate reports"

@@ -1,4 +1,4 @@
-"""Offline RL on logs, off-policy evaluation and coverage diagnostics (issue 6).
+"""Offline RL on logs, off-policy evaluation and coverage diagnostics.
 
 d3rlpy imports the legacy ``gym`` package, which prints "Gym has been unmaintained since 2022 ..." on
 stderr when imported (a print, not a warning: no filter or environment variable turns it off). Every

@@ -1,4 +1,7 @@
-"""JSON tool calls, the action format both domains' tool environments share (seed 000).
+"""JSON tool calls, the action format both domains' tool environments share.
+
+The format is the one the project's founding design note uses for its coding agent, e.g.
+``{"action": "read_file", "path": "tests/test_calculator.py"}``.
 
 An agent acts with one JSON object, ``{"action": "<tool>", "<arg>": "<string>", ...}``. Each
 environment declares its tools as ``{name: (required args, optional args)}``; :func:`parse_tool_call`

@@ -1,1 +1,1 @@
-"""Ground-truth ecommerce world, historical logs and the simulator learned from them (issue 5)."""
+"""Ground-truth ecommerce world, historical logs and the simulator learned from them."""

@@ -1,5 +1,7 @@
-"""Calibrate a learned simulator with outcomes that came back from the world (seed 000's
-``simulator.calibrate(real_performance)``).
+"""Calibrate a learned simulator with outcomes that came back from the world.
+
+This is the last step of simulator-assisted training: train in the simulator, deploy, and adjust the
+simulator to the real performance (the founding design note's ``simulator.calibrate``).
 
 The learned simulator's weakest part is what the logs show least: the response to campaigns the
 marketer rarely ran. When campaigns are actually run (in the world here; through the review flow

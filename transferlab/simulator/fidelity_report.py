@@ -6,7 +6,7 @@
    history, and in the simulator: rank agreement (Kendall tau), outcome errors per policy (held-out
    actions flagged), distribution distances;
 2. a *deployment*: the panel's policies run in the world again (other futures), and their campaigns'
-   results come back — seed 000's ``deploy_to_real_market`` — and :func:`calibrate` updates the
+   results come back, as from a deployment to the real market, and :func:`calibrate` updates the
    simulator with them;
 3. the same comparison with the calibrated simulator.
 

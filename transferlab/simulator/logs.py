@@ -5,7 +5,8 @@ A log directory holds::
     campaigns.parquet   one row per day's decision: context (ctx_*), action, catalog index,
                         propensity, the campaign's outcome vector (o_*; NaN until matured, with
                         ``matured`` / ``retention_{30,60,90}_known`` flags), the day's shop totals
-                        (day_*), and seed 000's ``{"actions": [...], "result": {...}}`` as JSON
+                        (day_*), and the historical campaign record,
+                        ``{"actions": [...], "result": {...}}``, as JSON
     events.parquet      customer events: push, purchase, delivery, late_delivery, complaint,
                         return, reactivation (t in days, customer, campaign, category, money)
     customers.parquet   what the shop knows at sign-up: customer id and CRM segment

@@ -54,7 +54,7 @@ OUTCOME_KEYS: tuple[str, ...] = (
 """The outcome vector of one campaign (over its targeted customers; see ``world.CampaignRecord``)."""
 
 PRIMARY_OUTCOMES: tuple[str, ...] = ("gmv", "profit", "satisfaction", "retention_30")
-"""The four objectives the seed names (GMV, margin, satisfaction, retention)."""
+"""The four conflicting objectives of an ecommerce shop (GMV, margin, satisfaction, retention)."""
 
 
 class ActionError(ValueError):

@@ -117,7 +117,11 @@ class CampaignRecord:
     retention_known: dict[int, bool] = field(default_factory=lambda: dict.fromkeys(RETENTION_HORIZONS, False))
 
     def result(self) -> dict[str, Any]:
-        """Seed 000's ``{"actions": [...], "result": {"gmv": ..., "roi": ...}}`` (known keys only)."""
+        """The outcome as a historical campaign record's ``result`` (known keys only).
+
+        The record format is the founding design note's ``{"actions": [...], "result": {"gmv": ...,
+        "roi": ...}}``.
+        """
         res = {k: v for k, v in self.outcome.items() if not k.startswith("retention")}
         spend = self.outcome["push_cost"] + self.outcome["discount_cost"]
         res["roi"] = self.outcome["profit"] / spend if spend > 0 else 0.0

@@ -1,4 +1,4 @@
-"""Experiments: runs of one experiment side by side (issue 8), from ``$TRANSFERLAB_RUNS_ROOT``."""
+"""Experiments: runs of one experiment side by side, from ``$TRANSFERLAB_RUNS_ROOT``."""
 
 import os
 from pathlib import Path

@@ -1,7 +1,7 @@
 """The agent's working copy and its tools: read, search, write, edit, run tests, submit.
 
 A :class:`Workspace` is a per-episode directory holding the task's repository. Tool calls are JSON
-objects (seed 000): ``{"action": "read_file", "path": "src/calc.py"}``. A malformed or unknown call,
+objects: ``{"action": "read_file", "path": "src/calc.py"}``. A malformed or unknown call,
 a path outside the repository, or a write to a test file is a *tool error* with a helpful message,
 never a crash. Code only ever runs in the sandbox, through the verifier.
 """

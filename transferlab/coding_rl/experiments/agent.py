@@ -1,12 +1,14 @@
 """Experiments 2 and 3 — multi-turn agent RL on CodeRepair-v0: dense vs sparse, KL and masking.
 
-Both start like seed 000's agent: a tiny policy fine-tuned on a few expert demonstrations of the
-toy repositories (read the source, fix the line, run the tests, submit), then RL in the environment.
+Both start like the agent of the project's founding design note: a tiny policy fine-tuned on a few
+expert demonstrations of the toy repositories (read the source, fix the line, run the tests,
+submit), then RL in the environment.
 
 * **Dense vs sparse** (:func:`run_dense_sparse`): the same SFT policy, budget and seeds, trained with
-  seed 000's dense table and with the sparse one (+20 / -5 at the end only). Training success is
-  plotted against episodes, and the episodes each needs to reach a fixed success rate are compared
-  with the seed's account (15% vs 45% after 1000 rounds).
+  the dense table (a reward at every step) and with the sparse one (+20 / -5 at the end only).
+  Training success is plotted against episodes, and the episodes each needs to reach a fixed success
+  rate are compared with the design note's account (15% success with sparse rewards vs 45% with
+  dense after 1000 rounds).
 * **Ablations** (:func:`run_ablations`): KL coefficient 0 vs > 0, and the masking bug — observation
   (tool output) and prompt tokens left in the loss. Besides held-out success, each arm reports how
   far it drifted from the SFT policy (KL on its own held-out episodes) and how well it learned to

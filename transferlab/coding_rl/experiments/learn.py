@@ -1,10 +1,11 @@
 """Experiment 1 — does it learn? Untrained vs SFT vs SFT + GRPO vs SFT + PPO on held-out tasks.
 
-Seed 004 asks to tell "the pipeline runs" apart from "the model really got better". Per seed, a tiny
-policy is built from scratch; it is fine-tuned on demonstrations from an *imperfect* demonstrator
-(a share of its bodies carry a plausible bug — wrong operator, constant off by one — as real
-history does); then copies of the SFT policy are trained with GRPO and with PPO against the sandbox
-verifier on the training tasks. Every stage is scored on held-out tasks the policy never trained on.
+The project's readiness checklist asks to tell "the pipeline runs" apart from "the model really got
+better". Per seed, a tiny policy is built from scratch; it is fine-tuned on demonstrations from an
+*imperfect* demonstrator (a share of its bodies carry a plausible bug — wrong operator, constant off
+by one — as real history does); then copies of the SFT policy are trained with GRPO and with PPO
+against the sandbox verifier on the training tasks. Every stage is scored on held-out tasks the
+policy never trained on.
 
 The verdict compares RL with SFT on held-out sampled success, paired by (seed, task), with a 95%
 bootstrap interval: "RL improved held-out success beyond SFT" only when the interval excludes zero.

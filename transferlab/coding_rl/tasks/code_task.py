@@ -1,6 +1,6 @@
-"""The code task format (seed 000): a description, a signature and input/expected test cases.
+"""The code task format: a description, a signature and input/expected test cases.
 
-A task file is one JSON object::
+A task file is one JSON object, the founding design note's task format with optional fields added::
 
     {
       "task_description": "Implement quick sort",

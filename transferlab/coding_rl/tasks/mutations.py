@@ -1,4 +1,7 @@
-"""Synthetic bug injection (seed 000): mutation operators over ``ast``, one small function each.
+"""Synthetic bug injection: mutation operators over ``ast``, one small function each.
+
+Injecting a bug (an off-by-one, say) into a correct function turns it into a repair task, the
+synthetic-task recipe of the project's founding design note.
 
 Every operator takes a module's source and the name of its entry-point function and yields
 candidate mutated modules (``ast.Module``), one change each. Only the entry-point function's body
@@ -20,8 +23,8 @@ The operators (names are the rows of the corpus build's survival table):
 ``index_off_by_one``
     a subscript index ± 1 (``a[i]`` → ``a[i + 1]``), or a slice bound ± 1 (``a[1:]`` → ``a[2:]``).
 ``boundary_update``
-    an assignment of ``expr ± 1`` loses the ``± 1`` (``low = mid + 1`` → ``low = mid``, seed 004's
-    bug); also per element of a tuple assignment.
+    an assignment of ``expr ± 1`` loses the ``± 1`` (``low = mid + 1`` → ``low = mid``, the seed
+    binary search's bug); also per element of a tuple assignment.
 ``swap_operator``
     ``+`` ↔ ``-``, ``*`` → ``+`` (in expressions and augmented assignments), ``and`` ↔ ``or``,
     ``==`` ↔ ``!=``, ``<`` ↔ ``>``, ``<=`` ↔ ``>=``, ``in`` ↔ ``not in``, ``is`` ↔ ``is not``.

@@ -1,16 +1,19 @@
 """The seed tasks as repositories (always in the ``train`` split).
 
-- ``seed-calculator`` (seed 000's agent task, issue "division does not handle a zero divisor"):
-  ``src/calculator.py`` with ``add``, ``subtract``, ``multiply`` and ``divide``; the fix makes
-  ``divide(a, 0)`` raise ``ValueError``. Its tests call every function (``TestCase.call``), so a
-  patch that overwrites the file with only ``divide`` fails them, and the zero divisor is checked
-  with ``raises: "ValueError"``.
-- ``seed-binary_search`` (seed 004's running example): both branches written ``low = mid`` and
+The seed tasks are the worked examples of the project's founding design note (the calculator and
+the quick sort) and of its readiness checklist (the binary search).
+
+- ``seed-calculator`` (the design note's agent task, a GitHub issue saying "division does not
+  handle a zero divisor"): ``src/calculator.py`` with ``add``, ``subtract``, ``multiply`` and
+  ``divide``; the fix makes ``divide(a, 0)`` raise ``ValueError``. Its tests call every function
+  (``TestCase.call``), so a patch that overwrites the file with only ``divide`` fails them, and the
+  zero divisor is checked with ``raises: "ValueError"``.
+- ``seed-binary_search`` (the checklist's running example): both branches written ``low = mid`` and
   ``high = mid``; the tests are those of ``seed/binary_search.json``. ``bug`` names the first bug
   line, ``provenance["bugs"]`` both.
-- ``seed-quick_sort`` (seed 000): drops the elements equal to the pivot; developer tests from
-  ``seed/quick_sort.json`` plus hidden tests with repeated values. The reference is the one-line fix
-  of the buggy file (``right`` takes ``arr[1:]`` with ``>=``).
+- ``seed-quick_sort`` (the design note's code RL example): drops the elements equal to the pivot;
+  developer tests from ``seed/quick_sort.json`` plus hidden tests with repeated values. The
+  reference is the one-line fix of the buggy file (``right`` takes ``arr[1:]`` with ``>=``).
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def _bug(operator: str, reference: str, buggy: str) -> BugInfo:
 
 
 def calculator_task() -> RepoTask:
-    """Seed 000's calculator: ``divide`` does not guard a zero divisor."""
+    """The seed calculator: ``divide`` does not guard a zero divisor."""
     dev = [
         _case("add", [2, 3], 5),
         _case("subtract", [10, 4], 6),
@@ -150,7 +153,7 @@ def calculator_task() -> RepoTask:
 
 
 def binary_search_task() -> RepoTask:
-    """Seed 004's binary search with ``low = mid`` and ``high = mid``."""
+    """The seed binary search with ``low = mid`` and ``high = mid``."""
     code_task = load_task(SEED_DIR / "binary_search.json")
     buggy = _strip_bug_comments((SEED_DIR / "binary_search_buggy.py").read_text(encoding="utf-8"))
     fixed = (SEED_DIR / "binary_search_fixed.py").read_text(encoding="utf-8")
@@ -190,7 +193,7 @@ def binary_search_task() -> RepoTask:
 
 
 def quick_sort_task() -> RepoTask:
-    """Seed 000's quick sort that drops the elements equal to the pivot."""
+    """The seed quick sort that drops the elements equal to the pivot."""
     code_task = load_task(SEED_DIR / "quick_sort.json")
     buggy = _strip_bug_comments((SEED_DIR / "quick_sort_buggy.py").read_text(encoding="utf-8"))
     if QUICK_SORT_BAD_LINE not in buggy.splitlines():

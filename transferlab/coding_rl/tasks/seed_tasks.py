@@ -1,4 +1,9 @@
-"""The seed tasks (quick sort from seed 000, binary search from seed 004) with buggy and fixed solutions."""
+"""The seed tasks with buggy and fixed solutions.
+
+The quick sort is the founding design note's code RL example (it drops the elements equal to the
+pivot); the binary search is the readiness checklist's running example (both boundaries written
+``low = mid`` and ``high = mid``).
+"""
 
 from __future__ import annotations
 

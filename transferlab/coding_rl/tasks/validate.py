@@ -1,4 +1,7 @@
-"""Task validation (seed 000's ``validate_task_quality``) for repository tasks.
+"""Task validation for repository tasks: the quality checks a task passes before it is trained on.
+
+The checks make concrete the founding design note's ``validate_task_quality`` (the task has a
+solution, enough tests, and a stable environment that runs it).
 
 A task is valid when every named check holds:
 

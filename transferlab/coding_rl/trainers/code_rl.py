@@ -113,8 +113,8 @@ class GRPOConfig(BaseConfig):
     grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
     success_reward: float = Field(
         default=12.0,
-        description="Reward at or above which a rollout counts as a success (12 = seed 000's "
-        "reward when every test passes within the efficiency budget).",
+        description="Reward at or above which a rollout counts as a success (12 = the code reward "
+        "when every test passes within the efficiency budget: runs 1 + pass rate 10 + fast 1).",
     )
     seed: int = Field(default=0, ge=0, description="Seeds task sampling and generation.")
 
@@ -123,7 +123,7 @@ RewardFn = Callable[[Sequence[CodeTask], Sequence[Sample]], list[float]]
 
 
 def sandbox_reward(verifier: Verifier) -> RewardFn:
-    """Seed 000's code reward from the sandbox, for each (task, completion)."""
+    """The code reward (runs +1, pass rate x 10, fast +1) from the sandbox, for each (task, completion)."""
 
     def reward(tasks: Sequence[CodeTask], samples: Sequence[Sample]) -> list[float]:
         grades: list[GradeResult] = verifier.grade_many(

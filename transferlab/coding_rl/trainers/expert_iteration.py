@@ -1,4 +1,6 @@
-"""Expert iteration (seed 000's iterative data generation: model v1 makes the data for v2).
+"""Expert iteration: model v1 makes the training data for v2, v2 for v3, and so on.
+
+This is the iterative data generation of the project's founding design note.
 
 Each round::
 

@@ -100,7 +100,7 @@ def scalarize(outcomes: np.ndarray, reward: RewardConfig) -> np.ndarray:
 class EpisodeConfig(BaseConfig):
     """The episode shape shared by every campaign environment."""
 
-    horizon: int = Field(30, ge=1, le=365, description="Decision days per episode (seed 000: 30).")
+    horizon: int = Field(30, ge=1, le=365, description="Decision days per episode (a month).")
     warmup_days: int = Field(
         14, ge=0, le=365, description="Days simulated without campaigns before the first decision."
     )

@@ -681,8 +681,9 @@ def infer_maturity_days(arr: LogArrays, default: int = 30) -> int:
     """Days from launch to maturity consistent with the campaigns log's ``matured`` flags.
 
     A campaign launched on day ``u`` is matured at the end of the log iff ``u + M <= D - 1``: the last
-    matured launch bounds ``M`` from above and the first open one from below. ``default`` (the
-    seed's 30-day convention) is kept when it lies within the bounds, else the nearest bound.
+    matured launch bounds ``M`` from above and the first open one from below. ``default`` (30 days,
+    the time an ecommerce result takes to come back) is kept when it lies within the bounds, else
+    the nearest bound.
     """
     camp = arr.campaigns[arr.campaigns["campaign_id"] >= 0]
     flags = camp["matured"].astype(bool)

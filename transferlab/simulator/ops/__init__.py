@@ -1,4 +1,7 @@
-"""The ops analysis tool environment (seed 000's stage 1): why did a category's sales fall?
+"""The ops analysis tool environment: why did a category's sales fall?
+
+This is the first stage of the path from coding agents to an ecommerce assistant: tool-use training
+in a deterministic data platform, with an expert's rating of the final report as the reward.
 
 * :mod:`.scenarios`: worlds with a known cause (stock-out, competitor price cut, failed campaign,
   shipping delays, seasonality);

@@ -1,7 +1,8 @@
 """The data platform an ops analyst queries: deterministic pandas queries over a scenario's logs.
 
-Tools (seed 000's names, plus ``campaign_analysis`` for the campaign family), called as JSON objects
-in the coding environment's form, ``{"action": "<tool>", "<arg>": "<string>", ...}``:
+Tools (the names the founding design note gives its ops assistant, plus ``campaign_analysis`` for
+the campaign family), called as JSON objects in the coding environment's form,
+``{"action": "<tool>", "<arg>": "<string>", ...}``:
 
 =======================  ===================================  =========================================
 tool                     arguments                            returns
