@@ -1,4 +1,8 @@
-"""Code rewards as plain functions (seed 000): executes +1, pass rate x 10, efficient +1.
+"""Code rewards as plain functions: executes +1, pass rate x 10, efficient +1.
+
+The weights, the dense and sparse agent tables and the worked example below (a quick sort that
+passes 60% of its tests earns 8.0, an advantage of +0.5 against an expected 7.5) are those of the
+project's founding design note.
 
 >>> spec = CodeRewardSpec()
 >>> code_reward(executed=True, pass_rate=0.6, efficient=True, spec=spec).total
@@ -41,7 +45,7 @@ class RewardBreakdown:
 def code_reward(
     *, executed: bool, pass_rate: float, efficient: bool, spec: CodeRewardSpec
 ) -> RewardBreakdown:
-    """Seed 000's reward: `executes` if it ran, `pass_rate` x share passed, `efficient` if fast and useful."""
+    """The code reward: `executes` if it ran, `pass_rate` x share passed, `efficient` if fast and useful."""
     if not 0.0 <= pass_rate <= 1.0:
         raise ValueError(f"pass_rate must be in [0, 1], got {pass_rate}")
     return RewardBreakdown(
@@ -54,15 +58,16 @@ def code_reward(
 
 
 def advantage(reward: float, baseline: float) -> float:
-    """A = actual reward - expected reward (seed 000: 8.0 - 7.5 = +0.5)."""
+    """A = actual reward - expected reward (the buggy quick sort: 8.0 - 7.5 = +0.5)."""
     return round(reward - baseline, 10)
 
 
 class AgentRewardTable(BaseConfig):
-    """Per-step reward components of the agent environment (seed 000's dense table by default).
+    """Per-step reward components of the agent environment (the design note's dense table by default).
 
     Every component is recorded per step, whatever its weight; a weight of 0 switches it off.
-    `search_code_success` is not in the seed's table but in its worked trajectory (step 2, +0.5).
+    `search_code_success` is not in the design note's table but in its worked trajectory (step 2,
+    +0.5).
     """
 
     read_file_success: float = Field(default=0.5, description="A file was read.")
@@ -97,7 +102,7 @@ SPARSE_REWARDS = AgentRewardTable(task_failed=-5.0, end_only=True)
 
 
 def reward_table(name: str) -> AgentRewardTable:
-    """`dense` (seed 000's table) or `sparse` (+20 on success, -5 on failure, at the end only)."""
+    """`dense` (a reward at every step) or `sparse` (+20 on success, -5 on failure, at the end only)."""
     tables = {"dense": DENSE_REWARDS, "sparse": SPARSE_REWARDS}
     if name not in tables:
         raise ValueError(f"unknown reward table {name!r}; choose one of {sorted(tables)}")

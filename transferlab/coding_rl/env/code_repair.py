@@ -30,7 +30,7 @@ class CodeRepairEnv(gym.Env[str, str]):
 
     ## Description
     The agent gets an issue and a repository (source + read-only developer tests). Each step it sends
-    one JSON tool call (seed 000): ``read_file``, ``search_code``, ``write_file``, ``edit_file``,
+    one JSON tool call: ``read_file``, ``search_code``, ``write_file``, ``edit_file``,
     ``run_tests`` and ``submit``. ``submit`` hands the final source to an independent verifier that runs
     the developer *and hidden* tests in a fresh sandbox; the episode's success is that verdict, never
     the agent's own test runs.
@@ -44,11 +44,11 @@ class CodeRepairEnv(gym.Env[str, str]):
     list and tool list after reset; each tool's result after a step.
 
     ## Rewards
-    Named components per step from an :class:`AgentRewardTable`: seed 000's dense table by default
-    (read +0.5, write +0.5, tool error -1, read before write +1, write without read -2, test after
-    modify +1.5, redundant -0.5, test pass +3, test fail -2, all tests pass +5, task complete +20), or
-    the sparse table (+20 on success, -5 on failure, at the end only). ``info["components"]`` holds
-    every component of the step.
+    Named components per step from an :class:`AgentRewardTable`: by default the dense table of the
+    project's founding design note (read +0.5, write +0.5, tool error -1, read before write +1, write
+    without read -2, test after modify +1.5, redundant -0.5, test pass +3, test fail -2, all tests
+    pass +5, task complete +20), or the sparse table (+20 on success, -5 on failure, at the end only).
+    ``info["components"]`` holds every component of the step.
 
     ## Starting State
     A task drawn with ``self.np_random`` from the env's tasks, or ``options={"task": task_or_id}``.
@@ -58,8 +58,9 @@ class CodeRepairEnv(gym.Env[str, str]):
 
     ## Arguments
     ``tasks`` (default: the seed repositories), ``rewards`` ("dense", "sparse" or a table),
-    ``max_steps`` (10, as in seed 000), ``sandbox`` (a shared backend; by default the env opens a
-    forkserver backend, or subprocess where namespaces are unavailable, and closes it on ``close()``).
+    ``max_steps`` (10, as in the design note's agent task), ``sandbox`` (a shared backend; by default
+    the env opens a forkserver backend, or subprocess where namespaces are unavailable, and closes it
+    on ``close()``).
 
     ## Version History
     * v0: initial version.

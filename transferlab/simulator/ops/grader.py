@@ -16,7 +16,8 @@ false_blame        -3 per absent cause blamed (a clause that names a cause and n
 The total is clipped to [0, 10]. Keyword stuffing (every cause listed) loses 3 points per absent
 cause; the right cause without numbers scores 6, with them 10.
 
-Dense step table (:class:`OpsRewardTable`), the analogue of seed 000's coding table:
+Dense step table (:class:`OpsRewardTable`), the analogue of the coding agent's dense reward table
+(:class:`transferlab.coding_rl.rewards.AgentRewardTable`):
 
 =========================  ======  =====================================================
 component                  weight  coding analogue
