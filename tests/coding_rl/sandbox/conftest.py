@@ -159,30 +159,34 @@ def _status_fields(pid: str) -> dict[str, str]:
 
 
 def sandbox_processes() -> list[str]:
-    """Live processes of this session's sandbox uids, except each fork server's warm children."""
+    """Live processes of this session's sandbox uids, except each fork server's warm children (whose
+    parent is the server's zygote: its child running as root)."""
     lo, hi = UID_BASE, UID_BASE + 300
-    warm_parents: set[int] = set()
+    servers: set[int] = set()
     fork = _LIVE.get("forkserver")
     if fork is not None:
         fork.sync()  # servers reply first and reap the finished job after: wait for that
-        warm_parents = set(fork.server_pids())
-    found: list[str] = []
-    warm_seen: dict[int, int] = {}
+        servers = set(fork.server_pids())
+    table: dict[str, tuple[int, str, int, str]] = {}  # pid -> uid, state, ppid, name
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             st = _status_fields(pid)
-            uid = int(st["Uid"].split()[0])
-            state, ppid = st["State"].strip(), int(st["PPid"])
+            uid, ppid = int(st["Uid"].split()[0]), int(st["PPid"])
+            table[pid] = (uid, st["State"].strip(), ppid, st.get("Name", "?"))
         except (OSError, KeyError, ValueError):
             continue
+    warm_parents = {int(pid) for pid, (uid, _, ppid, _) in table.items() if ppid in servers and uid == 0}
+    found: list[str] = []
+    warm_seen: dict[int, int] = {}
+    for pid, (uid, state, ppid, name) in table.items():
         if not lo <= uid < hi or state[:1] in ("Z", "X"):
             continue
         if ppid in warm_parents and warm_seen.get(ppid, 0) < PREFORK_DEPTH:
             warm_seen[ppid] = warm_seen.get(ppid, 0) + 1  # a child forked ahead for a next job
             continue
-        found.append(f"pid {pid} uid {uid} ppid {ppid} {state} {st.get('Name', '?').strip()}")
+        found.append(f"pid {pid} uid {uid} ppid {ppid} {state} {name.strip()}")
     return found
 
 

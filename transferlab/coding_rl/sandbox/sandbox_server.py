@@ -25,6 +25,7 @@ by `kill_uid`. Result frames are bounded in bytes and in values, counted before 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -422,6 +423,7 @@ def drop_privileges(uid: int) -> None:
 
 
 JOB_FD = 4
+READY_FD = 5  # the child writes one byte here once it is set up (see child_main)
 
 
 def _warm_up() -> None:
@@ -621,16 +623,27 @@ def _isolate(setup: dict) -> None:
             pass
 
 
+def _take_fds(setup: dict) -> None:
+    """Put the child's descriptors at 0-5 (stdin, out, out, result, job, ready) and close every other.
+
+    They are first copied above 5, so no target number clobbers a source that is still to be moved.
+    """
+    sources = [setup[key] for key in ("stdin_fd", "out_fd", "out_fd", "result_fd", "job_fd", "ready_fd")]
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in sources]
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+    os.closerange(READY_FD + 1, 65536)
+
+
 def child_main(setup: dict) -> None:
-    """In the forked child: take the descriptors, warm up, wait for the job, isolate, run. Never returns."""
+    """In the forked child: take the descriptors, warm up, isolate, drop privileges, install seccomp,
+    say it is ready, then wait for the job and run it. Never returns.
+
+    Everything but the job's own limits happens before the job exists, off the critical path.
+    """
     try:
         os.setsid()
-        os.dup2(setup["stdin_fd"], 0)
-        os.dup2(setup["out_fd"], 1)
-        os.dup2(setup["out_fd"], 2)
-        os.dup2(setup["result_fd"], RESULT_FD)
-        os.dup2(setup["job_fd"], JOB_FD)
-        os.closerange(JOB_FD + 1, 65536)
+        _take_fds(setup)
         _warm_up()
         _isolate(setup)
         if setup.get("chroot"):
@@ -642,15 +655,18 @@ def child_main(setup: dict) -> None:
             {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": setup["workdir"], "TMPDIR": setup["workdir"]}
         )
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        job = read_frame(JOB_FD)  # only now, unprivileged and jailed, does the child learn its job
+        # PR_SET_PDEATHSIG after setresuid (which clears it): die with the zygote, our parent, which
+        # dies with the server. The zygote tells the server about this child only after reading the
+        # byte below, so the zygote was alive when the signal was armed and no job reaches an orphan.
+        _check(_get_libc().prctl(1, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        install_seccomp()  # the candidate's code only ever runs under it
+        os.write(READY_FD, b"r")
+        os.close(READY_FD)
+        job = read_frame(JOB_FD)  # only now, unprivileged, jailed and filtered, does the child learn its job
         os.close(JOB_FD)
-        # PR_SET_PDEATHSIG, after setresuid (which clears it) and after the job arrived: by then the
-        # process the zygote forked it through has exited and its parent is the server for good.
-        _get_libc().prctl(1, signal.SIGKILL, 0, 0, 0)
         if type(job) is not dict:
             os._exit(0)
         apply_limits(job["limits"])  # lowering limits needs no privilege
-        install_seccomp()  # last: from here on the candidate's code runs
     except BaseException:
         os._exit(125)
     run_job(job, RESULT_FD)
@@ -758,48 +774,41 @@ def kill_uid(uid: int) -> bool:
 
 
 def supervise(
-    pid: int,
+    pidfd: int,
     result_r: int,
     out_r: int,
     limits: dict,
     started: float,
     max_frames: int | None = None,
-    defer_reap: bool = False,
+    stop_on_done: bool = False,
 ) -> dict:
-    """Collect frames and output from child `pid` until it exits or breaks a limit; kill it if so.
+    """Collect frames and output from the child behind `pidfd` until it exits or breaks a limit.
 
     More than `max_frames` frames (a flood of tiny forged frames on fd 3) ends the job as output_limit.
-    The child is killed and reaped however this ends, an exception included. With `defer_reap`, a job
-    that reported "done" is returned at once, and `report["deferred"]` is True: the caller must then
-    kill and reap `pid` itself (`reap`) before the next job; the verdict no longer depends on the child.
+    With `stop_on_done`, a job that reported "done" is returned at once with `report["done_early"]`
+    True: every result is in, the verdict no longer depends on the child. The caller kills the child
+    (`kill_pidfd`) however this ends and waits for it; this function neither kills nor waits.
     """
     deadline = started + float(limits["wall_s"])
     max_out = int(limits["max_output_bytes"])
-    pidfd = os.pidfd_open(pid)
-    try:
-        report = _collect(pidfd, result_r, out_r, deadline, max_out, max_frames, started, defer_reap)
-    except BaseException:
-        reap(pid, pidfd)
-        raise
-    if report.pop("done_early", False):
-        report.update(exit_code=None, signal=None, deferred=True, pidfd=pidfd)
-        return report
-    status = reap(pid, pidfd)
-    report["exit_code"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-    report["signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    return report
+    return _collect(pidfd, result_r, out_r, deadline, max_out, max_frames, started, stop_on_done)
 
 
-def reap(pid: int, pidfd: int) -> int:
-    """SIGKILL the child (the init of its PID namespace, if it has one: the kernel then kills the rest),
-    wait for it, and return its wait status."""
+def kill_pidfd(pidfd: int) -> None:
+    """SIGKILL the process behind `pidfd` (the init of its PID namespace, if it has one: the kernel then
+    kills the rest); a process already reaped is left alone."""
     try:
-        os.kill(pid, signal.SIGKILL)
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    _, status = os.waitpid(pid, 0)
-    os.close(pidfd)
-    return status
+
+
+def set_exit_fields(report: dict, status: int | None) -> None:
+    """exit_code / signal from a wait status (None for both when the child was stopped after "done")."""
+    exited = status is not None and os.WIFEXITED(status)
+    signalled = status is not None and os.WIFSIGNALED(status)
+    report["exit_code"] = os.WEXITSTATUS(status) if exited else None  # type: ignore[arg-type]
+    report["signal"] = os.WTERMSIG(status) if signalled else None  # type: ignore[arg-type]
 
 
 def _collect(
@@ -989,57 +998,86 @@ def pack_reply(reply: dict) -> bytes:
     return data
 
 
-def _zygote_main(sock: Any) -> None:
-    """Fork a job child per request: each request carries the child's setup and its three pipe ends.
+def _fork_child(setup: dict, fds: list, devnull: int, own_pidns: int | None) -> tuple[int, int, int]:
+    """Fork one job child (in a fresh PID namespace when `own_pidns` is given); returns its pid, a pidfd
+    for it, and the read end of its ready pipe. The child never returns from here."""
+    libc = _get_libc()
+    if own_pidns is not None:
+        # back to our own namespace for children first: a second unshare would fail, and forking into
+        # the previous child's namespace (its init gone) too
+        _check(libc.setns(own_pidns, CLONE_NEWPID), "setns(pid)")
+        _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out_fd, result_fd, job_fd = fds
+        setup.update(stdin_fd=devnull, out_fd=out_fd, result_fd=result_fd, job_fd=job_fd, ready_fd=ready_w)
+        child_main(setup)
+    os.close(ready_w)
+    return pid, os.pidfd_open(pid), ready_r
 
-    The child is forked through an intermediate process that exits at once, so it is re-parented to
-    the server (a subreaper), which alone waits for it, reads its results and kills it.
-    """
+
+def _zygote_main(sock: Any, server_pid: int) -> None:
+    """Fork a job child per request (its setup and its three pipe ends); tell the server each child's
+    pid and a pidfd for it once the child is set up (`c TAG PID`, TAG from the setup: children may get
+    ready out of order), and each child's wait status once it exits (`x PID STATUS`). The zygote is
+    the children's parent: it alone reaps them."""
     import socket
 
     libc = _get_libc()
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the server
+    if os.getppid() != server_pid:
+        return  # the server died before the signal was armed
     keep = sock.fileno()
     os.closerange(3, keep)
     os.closerange(keep + 1, 65536)
     devnull = os.open("/dev/null", os.O_RDWR)
+    own_pidns: int | None = None
     _seccomp_filter()  # built once here; each child only installs it
+    poller = select.poll()
+    poller.register(keep, select.POLLIN)
+    starting: dict[int, tuple[int, int, int]] = {}  # ready pipe -> (tag, pid, pidfd), setting up
+    running: dict[int, int] = {}  # pidfd -> pid of a child the server knows
     while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, 4096, 3)
-        except OSError:
-            return
-        if not msg:
-            return
-        setup = json.loads(msg)
-        report_r, report_w = os.pipe()
-        middle = os.fork()
-        if middle == 0:
-            os.close(report_r)
-            try:
-                if setup["pidns"]:
-                    _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
-                pid = os.fork()
-                if pid == 0:
-                    os.close(report_w)
-                    out_fd, result_fd, job_fd = fds
-                    setup.update(stdin_fd=devnull, out_fd=out_fd, result_fd=result_fd, job_fd=job_fd)
-                    child_main(setup)
-                os.write(report_w, b"%d" % pid)
-            except BaseException:
-                pass
-            os._exit(0)
-        os.close(report_w)
-        for fd in fds:
-            os.close(fd)
-        answer = os.read(report_r, 64)
-        os.close(report_r)
-        os.waitpid(middle, 0)  # once it is reaped, the child's parent is the server
-        sock.send(answer or b"-1")
+        for fd, _ in poller.poll():
+            if fd == keep:
+                try:
+                    msg, fds, _, _ = socket.recv_fds(sock, 4096, 3)
+                except OSError:
+                    return
+                if not msg:
+                    return
+                setup = json.loads(msg)
+                try:
+                    if setup["pidns"] and own_pidns is None:
+                        own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+                    pidns = own_pidns if setup["pidns"] else None
+                    pid, pidfd, ready_r = _fork_child(setup, fds, devnull, pidns)
+                except OSError:
+                    sock.send(b"c %d -1" % setup["tag"])
+                    continue
+                finally:
+                    for received in fds:
+                        os.close(received)
+                starting[ready_r] = (setup["tag"], pid, pidfd)
+                poller.register(ready_r, select.POLLIN)
+            elif fd in starting:  # the child is set up (or died trying: then its pidfd says so next)
+                tag, pid, pidfd = starting.pop(fd)
+                poller.unregister(fd)
+                os.close(fd)
+                socket.send_fds(sock, [b"c %d %d" % (tag, pid)], [pidfd])
+                running[pidfd] = pid
+                poller.register(pidfd, select.POLLIN)
+            elif fd in running:
+                pid = running.pop(fd)
+                poller.unregister(fd)
+                os.close(fd)
+                _, status = os.waitpid(pid, 0)
+                sock.send(b"x %d %d" % (pid, status))
 
 
 class Zygote:
-    """The process job children are forked from, started before the server reads any job.
+    """The process job children are forked from (and reaped by), started before the server reads any job.
 
     A child forked from the server itself would inherit its heap: the bytes of earlier jobs' sources,
     inputs and replies (the return values of a sibling's correct solution) stay in freed memory, where
@@ -1050,32 +1088,55 @@ class Zygote:
         import socket
 
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
             parent.close()
             try:
-                _zygote_main(child)
+                _zygote_main(child, server_pid)
             finally:
                 os._exit(0)
         child.close()
         self.pid, self.sock = pid, parent
+        self.created: dict[int, tuple[int, int]] = {}  # tag -> (pid, pidfd), not collected yet
+        self.statuses: dict[int, int] = {}  # wait statuses received, not asked for yet
 
     def request(self, setup: dict, fds: list) -> None:
-        """Ask for a child with `setup` (uid, chroot, workdir, pidns) and fds (out, result, job).
+        """Ask for a child with `setup` (tag, uid, chroot, workdir, pidns) and fds (out, result, job).
 
-        Returns at once: the zygote forks while the server goes on; `collect` gives the pid.
+        Returns at once: the zygote forks while the server goes on; `collect(tag)` gives the child.
         """
         import socket
 
         socket.send_fds(self.sock, [json.dumps(setup).encode()], fds)
 
-    def collect(self) -> int:
-        """The pid of the oldest requested child not collected yet (by then the server is its parent)."""
-        answer = self.sock.recv(64)
-        pid = int(answer) if answer.strip(b"-").isdigit() else -1
-        if pid <= 0:
-            raise OSError("the zygote could not fork a job child")
-        return pid
+    def _receive(self) -> None:
+        import socket
+
+        msg, fds, _, _ = socket.recv_fds(self.sock, 64, 1)
+        kind, *fields = msg.split() or [b""]
+        numbers = [int(f) for f in fields if f.lstrip(b"-").isdigit()]
+        if kind == b"c" and len(numbers) == 2 and numbers[1] > 0 and len(fds) == 1:
+            self.created[numbers[0]] = (numbers[1], fds[0])
+            return
+        for fd in fds:
+            os.close(fd)
+        if kind == b"x" and len(numbers) == 2:
+            self.statuses[numbers[0]] = numbers[1]
+            return
+        raise OSError("the zygote could not fork a job child" if kind == b"c" else "the zygote exited")
+
+    def collect(self, tag: int) -> tuple[int, int]:
+        """The pid and a pidfd of the child requested with `tag`, once it is set up."""
+        while tag not in self.created:
+            self._receive()
+        return self.created.pop(tag)
+
+    def wait(self, pid: int) -> int:
+        """Block until the zygote has reaped child `pid`; its wait status."""
+        while pid not in self.statuses:
+            self._receive()
+        return self.statuses.pop(pid)
 
 
 class Server:
@@ -1090,14 +1151,13 @@ class Server:
         self.jail = jail
         self.work_root = work_root
         self.counter = 0
-        self.pending: list[dict] = []  # finished children still to reap and clean (see tidy())
+        self.pending: list[dict] = []  # finished children still to wait for and clean (see tidy())
         self.clean = True
         self.ready: list[dict] = []  # children forked ahead, warmed up, waiting for a job
         self.depth = PREFORK_DEPTH if self.prefork else 1
-        # Job children are forked by the zygote through a process that exits at once: as a subreaper,
-        # the server adopts them (to wait for them), and, without a PID namespace, their orphans too
-        # (PID 1 may never reap them, a container's PID 1 is this server; unreaped zombies still count
-        # against the uid's RLIMIT_NPROC, so after one fork bomb later jobs of the uid could not fork).
+        # Without a PID namespace, what a job leaves running is re-parented to the server (a subreaper),
+        # not to PID 1, which may never reap it (a container's PID 1 is this server): unreaped zombies
+        # still count against the uid's RLIMIT_NPROC, so after one fork bomb later jobs could not fork.
         _check(_get_libc().prctl(36, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
         self.zygote: Zygote | None = None
 
@@ -1124,6 +1184,7 @@ class Server:
         out_r, out_w = os.pipe()
         job_r, job_w = os.pipe()
         setup = {
+            "tag": self.counter,
             "uid": self.uid,
             "chroot": self.jail,
             "workdir": "/work/" + name if self.jail else host_dir,
@@ -1134,8 +1195,8 @@ class Server:
         finally:
             for fd in (result_w, out_w, job_r):
                 os.close(fd)
-        child = {"pid": None, "result_r": result_r, "out_r": out_r, "job_w": job_w, "dir": host_dir}
-        self.ready.append(child)  # its pid comes later (settle / execute)
+        child = {"pid": None, "pidfd": None, "result_r": result_r, "out_r": out_r, "job_w": job_w}
+        self.ready.append({**child, "tag": self.counter, "dir": host_dir})  # pid: settle / execute
 
     def _zygote(self) -> Zygote:
         if self.zygote is None:
@@ -1143,63 +1204,76 @@ class Server:
         return self.zygote
 
     def settle(self) -> None:
-        """Collect the pid of every child asked for (then each one's parent is this server)."""
+        """Wait until every child asked for is set up (armed to die with the zygote, ready for a job)."""
         for child in self.ready:
             if child["pid"] is None:
-                child["pid"] = self._zygote().collect()
+                child["pid"], child["pidfd"] = self._zygote().collect(child["tag"])
 
     def execute(self, job: dict) -> dict:
         self.tidy()
         self.prepare()
         child = self.ready.pop(0)
-        if child["pid"] is None:
-            # before the job is written: the child arms PR_SET_PDEATHSIG once it has its job, which
-            # must be after the intermediate process exited (collect returns only then)
-            child["pid"] = self._zygote().collect()
+        try:
+            if child["pid"] is None:
+                child["pid"], child["pidfd"] = self._zygote().collect(child["tag"])
+        except BaseException:
+            self._close(child)
+            raise
         started = time.monotonic()
         try:
             write_all(child["job_w"], pack_frame(job))
         except OSError:
             pass  # the child died before the job; supervise reports it as missing results
         os.close(child["job_w"])
+        child["job_w"] = None
         if self.prefork:
             self.prepare()  # the next child warms up on another core while this one runs
         report: dict = {}
         try:
             report = supervise(
-                child["pid"],
+                child["pidfd"],
                 child["result_r"],
                 child["out_r"],
                 job["limits"],
                 started,
                 max_frames=2 * len(job.get("inputs") or ()) + 64,
-                defer_reap=self.pidns,
+                stop_on_done=self.pidns,
             )
         finally:
-            if report.pop("deferred", False):
-                # The verdict is complete: reply first, clean up before the next job (see tidy()).
-                self.pending.append({**child, "pidfd": report.pop("pidfd")})
+            kill_pidfd(child["pidfd"])  # now: it dies while the reply goes out
+            if report.pop("done_early", False):
+                # The verdict is complete: reply first, wait and clean up before the next job (tidy()).
+                set_exit_fields(report, None)
+                self.pending.append(child)
             else:
-                self._clean(child)
+                set_exit_fields(report, self._finish(child))
         if not self.clean:
             report["infra_error"] = "processes of the sandbox uid survived the kill"
         return report
 
-    def _clean(self, child: dict) -> None:
-        # with a PID namespace the kernel has already killed every descendant of the child
-        self.clean = True if self.pidns else kill_uid(self.uid)
-        if not self.pidns:
-            _reap_children()
-        os.close(child["result_r"])
-        os.close(child["out_r"])
-        remove_tree(child["dir"])
+    def _finish(self, child: dict) -> int:
+        """Wait until the (killed) child is reaped, then clean up after it; its wait status."""
+        try:
+            return self._zygote().wait(child["pid"])
+        finally:
+            self._close(child)
+            # with a PID namespace the kernel has already killed every descendant of the child
+            self.clean = True if self.pidns else kill_uid(self.uid)
+            if not self.pidns:
+                _reap_children()
+            remove_tree(child["dir"])
+
+    @staticmethod
+    def _close(child: dict) -> None:
+        for key in ("pidfd", "result_r", "out_r", "job_w"):
+            if child[key] is not None:
+                os.close(child[key])
+                child[key] = None
 
     def tidy(self) -> None:
-        """Kill, reap and remove what finished jobs left (runs after the reply, before the next job)."""
+        """Wait for, and clean up after, finished jobs (runs after the reply, before the next job)."""
         while self.pending:
-            child = self.pending.pop()
-            reap(child["pid"], child["pidfd"])
-            self._clean(child)
+            self._finish(self.pending.pop())
 
 
 def limit_server_memory() -> None:
@@ -1254,7 +1328,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--idle-exit", type=float, default=0.0, help="exit after this many idle seconds")
     args = p.parse_args(argv)
 
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # EPIPE instead of a silent death: writing to a child that died before its job is an error handled
+    # there (missing results); writing to a client that went away ends the server all the same
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     limit_server_memory()
     in_fd, out_fd = os.dup(0), os.dup(1)
     null = os.open("/dev/null", os.O_RDWR)
