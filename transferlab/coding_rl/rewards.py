@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from transferlab.platform.agent_env import RewardTable
 from transferlab.platform.config import BaseConfig
 
 
@@ -62,48 +63,54 @@ def advantage(reward: float, baseline: float) -> float:
     return round(reward - baseline, 10)
 
 
-class AgentRewardTable(BaseConfig):
-    """Per-step reward components of the agent environment (the design note's dense table by default).
+CODING_EVENTS: dict[str, str] = {
+    "read_file_success": "A file was read.",
+    "search_code_success": "A search found matches.",
+    "write_file_success": "A write or edit changed a file.",
+    "tool_error": "Malformed, unknown or failed tool call.",
+    "read_before_write": "The written file had been read first.",
+    "write_without_read": "The written file had never been read.",
+    "test_after_modify": "Tests run after a modification.",
+    "redundant_action": "Same call again with nothing changed since.",
+    "test_pass": "Every test of the run passed.",
+    "test_fail": "At least one test of the run failed.",
+    "all_tests_pass": "A run of all developer tests passed.",
+    "task_complete": "Submitted and the verifier passed every test.",
+    "task_failed": "Submitted (or ran out of steps) and did not pass.",
+}
+"""Every event CodeRepair-v0 records, and when."""
 
-    Every component is recorded per step, whatever its weight; a weight of 0 switches it off.
-    `search_code_success` is not in the design note's table but in its worked trajectory (step 2,
-    +0.5).
-    """
-
-    read_file_success: float = Field(default=0.5, description="A file was read.")
-    search_code_success: float = Field(default=0.5, description="A search found matches.")
-    write_file_success: float = Field(default=0.5, description="A write or edit changed a file.")
-    tool_error: float = Field(default=-1.0, description="Malformed, unknown or failed tool call.")
-    read_before_write: float = Field(default=1.0, description="The written file had been read first.")
-    write_without_read: float = Field(default=-2.0, description="The written file had never been read.")
-    test_after_modify: float = Field(default=1.5, description="Tests run after a modification.")
-    redundant_action: float = Field(default=-0.5, description="Same call again with nothing changed since.")
-    test_pass: float = Field(default=3.0, description="Every test of the run passed.")
-    test_fail: float = Field(default=-2.0, description="At least one test of the run failed.")
-    all_tests_pass: float = Field(default=5.0, description="A run of all developer tests passed.")
-    task_complete: float = Field(default=20.0, description="Submitted and the verifier passed every test.")
-    task_failed: float = Field(default=0.0, description="Submitted (or ran out of steps) and did not pass.")
-    end_only: bool = Field(
-        default=False, description="Sparse: pay only task_complete / task_failed, at the episode's end."
-    )
-
-    def weigh(self, events: dict[str, float]) -> dict[str, float]:
-        """Components of one step: each event count times its weight (end-only tables keep the end)."""
-        out: dict[str, float] = {}
-        for name, count in events.items():
-            if self.end_only and name not in ("task_complete", "task_failed"):
-                continue
-            out[name] = float(getattr(self, name)) * count
-        return out
+DENSE_REWARDS = RewardTable(
+    weights={
+        "read_file_success": 0.5,
+        "search_code_success": 0.5,
+        "write_file_success": 0.5,
+        "tool_error": -1.0,
+        "read_before_write": 1.0,
+        "write_without_read": -2.0,
+        "test_after_modify": 1.5,
+        "redundant_action": -0.5,
+        "test_pass": 3.0,
+        "test_fail": -2.0,
+        "all_tests_pass": 5.0,
+        "task_complete": 20.0,
+        "task_failed": 0.0,
+    },
+    descriptions=CODING_EVENTS,
+    final=("task_complete", "task_failed"),
+)
+"""The coding environment's dense table, the founding design note's per-step table. Every component is
+recorded per step, whatever its weight. ``search_code_success`` is not in the note's table but in its
+worked trajectory (step 2, +0.5)."""
+SPARSE_REWARDS = DENSE_REWARDS.model_copy(
+    update={"weights": {**DENSE_REWARDS.weights, "task_failed": -5.0}, "end_only": True}
+)
+"""+20 on success, -5 on failure, at the end only."""
 
 
-DENSE_REWARDS = AgentRewardTable()
-SPARSE_REWARDS = AgentRewardTable(task_failed=-5.0, end_only=True)
-
-
-def reward_table(name: str) -> AgentRewardTable:
+def reward_table(name: str) -> RewardTable:
     """`dense` (a reward at every step) or `sparse` (+20 on success, -5 on failure, at the end only)."""
     tables = {"dense": DENSE_REWARDS, "sparse": SPARSE_REWARDS}
     if name not in tables:
         raise ValueError(f"unknown reward table {name!r}; choose one of {sorted(tables)}")
-    return tables[name].model_copy()
+    return tables[name].model_copy(deep=True)

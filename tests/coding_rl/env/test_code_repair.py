@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -11,10 +13,12 @@ from gymnasium.utils.env_checker import check_env
 
 import transferlab.coding_rl.env  # noqa: F401  (registers the id)
 from transferlab.coding_rl.agents import call, make_agent
-from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-from transferlab.coding_rl.rewards import DENSE_REWARDS
+from transferlab.coding_rl.env.code_repair import CodeRepairEnv, code_repair_env
+from transferlab.coding_rl.rewards import DENSE_REWARDS, SPARSE_REWARDS, reward_table
 from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
+from transferlab.platform.agent_env import RewardTable, Task, ToolEnv
+from transferlab.platform.trajectory import Domain
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +54,65 @@ def test_registered_env_passes_check_env() -> None:
     env = gym.make("transferlab/CodeRepair-v0")
     check_env(env.unwrapped, skip_render_check=True)
     env.close()
+
+
+def test_the_env_and_its_tasks_implement_the_agent_env_contract(env: CodeRepairEnv) -> None:
+    assert isinstance(env, ToolEnv) and env.domain == "coding"
+    check_env(env, skip_render_check=True)
+    for task in env.tasks:
+        assert isinstance(task, Task) and task.domain == "coding"
+        assert task.split == task.meta.split and task.provenance == task.meta.provenance
+    obs, info = env.reset(options={"task": env.tasks[0]})
+    assert info["task_id"] == env.tasks[0].task_id
+    env.render_mode = "ansi"
+    assert env.render() == obs
+
+
+def test_the_dense_and_sparse_tables_are_the_design_notes() -> None:
+    assert DENSE_REWARDS.weights == {
+        "read_file_success": 0.5,
+        "search_code_success": 0.5,
+        "write_file_success": 0.5,
+        "tool_error": -1.0,
+        "read_before_write": 1.0,
+        "write_without_read": -2.0,
+        "test_after_modify": 1.5,
+        "redundant_action": -0.5,
+        "test_pass": 3.0,
+        "test_fail": -2.0,
+        "all_tests_pass": 5.0,
+        "task_complete": 20.0,
+        "task_failed": 0.0,
+    }
+    assert not DENSE_REWARDS.end_only and set(DENSE_REWARDS.descriptions) == set(DENSE_REWARDS.weights)
+    assert SPARSE_REWARDS.end_only and SPARSE_REWARDS.final == ("task_complete", "task_failed")
+    assert SPARSE_REWARDS.weights == {**DENSE_REWARDS.weights, "task_failed": -5.0}
+    assert reward_table("dense") == DENSE_REWARDS and reward_table("dense") is not DENSE_REWARDS
+    with pytest.raises(ValueError, match="unknown reward table 'medium'"):
+        reward_table("medium")
+
+
+def test_a_table_without_every_coding_component_is_refused(sandbox: SandboxBackend) -> None:
+    partial = RewardTable(weights={"task_complete": 20.0, "task_failed": 0.0})
+    with pytest.raises(ValueError, match="which CodeRepair-v0 records"):
+        CodeRepairEnv(sandbox=sandbox, rewards=partial)
+
+
+@dataclass(frozen=True)
+class _Question:
+    task_id: str = "q-1"
+    domain: Domain = "ecommerce"
+    split: str = "train"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def test_the_env_factory_plays_repository_tasks_only(env: CodeRepairEnv, sandbox: SandboxBackend) -> None:
+    built = code_repair_env(env.tasks[:2], rewards="sparse", max_steps=4, sandbox=sandbox)
+    assert [t.task_id for t in built.tasks] == [t.task_id for t in env.tasks[:2]]
+    assert built.max_steps == 4 and built.rewards == SPARSE_REWARDS
+    built.close()
+    with pytest.raises(ValueError, match=r"plays repository tasks \(RepoTask\), got a _Question"):
+        code_repair_env([env.tasks[0], _Question()], sandbox=sandbox)
 
 
 def test_reset_is_seeded_and_takes_a_task(env: CodeRepairEnv) -> None:
@@ -102,13 +165,13 @@ def test_expert_workflow_collects_the_completion_bonus(env: CodeRepairEnv, task_
             break
     d = DENSE_REWARDS
     assert rewards == [
-        d.read_file_success,
-        d.search_code_success,
-        d.read_file_success,
-        d.write_file_success + d.read_before_write,
-        d.test_after_modify + d.test_pass,
-        d.test_pass + d.all_tests_pass,
-        d.task_complete,
+        d["read_file_success"],
+        d["search_code_success"],
+        d["read_file_success"],
+        d["write_file_success"] + d["read_before_write"],
+        d["test_after_modify"] + d["test_pass"],
+        d["test_pass"] + d["all_tests_pass"],
+        d["task_complete"],
     ]
     assert infos[-1]["success"] is True and infos[-1]["components"] == {"task_complete": 20.0}
     assert sum(rewards) == pytest.approx(35.5)
@@ -127,7 +190,9 @@ def test_tool_errors_are_messages_not_crashes(env: CodeRepairEnv) -> None:
         ('{"action": "run_tests", "target": "tests/test_quick_sort.py::test_99"}', "no test"),
     ]:
         obs, r, term, _, info = env.step(bad)
-        assert needle in obs and r == DENSE_REWARDS.tool_error and info["components"] == {"tool_error": -1.0}
+        assert (
+            needle in obs and r == DENSE_REWARDS["tool_error"] and info["components"] == {"tool_error": -1.0}
+        )
         assert not term
 
 
@@ -157,7 +222,7 @@ def test_success_is_the_verifiers_verdict_not_the_agents_tests(env: CodeRepairEn
             call("submit"),
         ],
     )
-    assert infos[2]["components"]["all_tests_pass"] == DENSE_REWARDS.all_tests_pass
+    assert infos[2]["components"]["all_tests_pass"] == DENSE_REWARDS["all_tests_pass"]
     assert (
         term
         and infos[3]["success"] is False

@@ -9,6 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import transferlab.simulator.envs  # noqa: F401  (registers the ids)
+from transferlab.platform.agent_env import RewardTable, Task, ToolEnv
 from transferlab.simulator.ops.data_platform import parse_fields
 from transferlab.simulator.ops.env import (
     ExpertAgent,
@@ -18,7 +19,8 @@ from transferlab.simulator.ops.env import (
     call,
     run_episode,
 )
-from transferlab.simulator.ops.scenarios import FAMILIES, scenario, task_seeds
+from transferlab.simulator.ops.grader import DENSE_OPS_REWARDS, SPARSE_OPS_REWARDS
+from transferlab.simulator.ops.scenarios import FAMILIES, ScenarioConfig, scenario, seed_of, task_seeds
 
 HELD_OUT = task_seeds("held_out", 2 * len(FAMILIES))  # two tasks of every family
 
@@ -28,6 +30,47 @@ def test_check_env_on_the_registered_id() -> None:
     check_env(env.unwrapped, skip_render_check=True)
     obs, info = env.reset(seed=0)
     assert "Find why sales of" in obs and info["split"] == "train"
+
+
+def test_the_env_and_its_tasks_implement_the_agent_env_contract() -> None:
+    env = OpsAnalysisEnv(n_tasks=2, render_mode="ansi")
+    assert isinstance(env, ToolEnv) and env.domain == "ecommerce"
+    check_env(env, skip_render_check=True)
+    task = scenario(seed_of("ops-0001")).task
+    assert isinstance(task, Task) and task.domain == "ecommerce" and task.split == "held_out"
+    provenance = {"source": "scenario", "family": "competitor_price_cut", "seed": 1}
+    assert task.provenance == {**provenance, "world_seed": task.world_seed}
+    by_task, info = env.reset(seed=0, options={"task": task})
+    assert info["task_id"] == "ops-0001" and env.render() == by_task
+    by_id, _ = env.reset(seed=0, options={"task_id": "ops-0001"})
+    assert by_task == by_id
+    _, _, _, _, info = env.step("{")
+    assert env.last_timings["env_s"] >= 0.0 and info["reward_components"] == info["components"]
+
+
+def test_a_task_of_another_scenario_config_is_refused() -> None:
+    env = OpsAnalysisEnv(n_tasks=1, scenario_config=ScenarioConfig(window=14))
+    task = scenario(seed_of("ops-0001")).task
+    with pytest.raises(ValueError, match="differs from the one this env builds"):
+        env.reset(options={"task": task})
+    with pytest.raises(ValueError, match="must be an OpsTask"):
+        env.reset(options={"task": "ops-0001"})
+
+
+def test_the_dense_and_sparse_tables() -> None:
+    assert DENSE_OPS_REWARDS.weights == {
+        "query_success": 0.5,
+        "check_before_report": 1.0,
+        "redundant_query": -0.5,
+        "tool_error": -1.0,
+        "report_without_query": -2.0,
+        "report_score": 2.0,
+        "task_failed": -4.0,
+    }
+    assert SPARSE_OPS_REWARDS.end_only and SPARSE_OPS_REWARDS.final == ("report_score", "task_failed")
+    assert SPARSE_OPS_REWARDS.weights == {**DENSE_OPS_REWARDS.weights, "task_failed": -5.0}
+    with pytest.raises(ValueError, match="which OpsAnalysis-v0 records"):
+        OpsAnalysisEnv(n_tasks=1, reward_mode=RewardTable(weights={"report_score": 2.0}))
 
 
 def test_same_seed_same_observations() -> None:

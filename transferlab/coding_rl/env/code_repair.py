@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -17,12 +18,16 @@ from transferlab.coding_rl.env.workspace import (
     describe_run,
     parse_action,
 )
-from transferlab.coding_rl.rewards import AgentRewardTable, reward_table
+from transferlab.coding_rl.rewards import CODING_EVENTS, reward_table
 from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.platform.agent_env import RewardTable, Task, finish_step
 from transferlab.platform.tools import CHARSET, MAX_TEXT, to_charset
+
+if TYPE_CHECKING:
+    from transferlab.platform.trajectory import Domain
 
 
 class CodeRepairEnv(gym.Env[str, str]):
@@ -44,11 +49,11 @@ class CodeRepairEnv(gym.Env[str, str]):
     list and tool list after reset; each tool's result after a step.
 
     ## Rewards
-    Named components per step from an :class:`AgentRewardTable`: by default the dense table of the
-    project's founding design note (read +0.5, write +0.5, tool error -1, read before write +1, write
-    without read -2, test after modify +1.5, redundant -0.5, test pass +3, test fail -2, all tests
-    pass +5, task complete +20), or the sparse table (+20 on success, -5 on failure, at the end only).
-    ``info["components"]`` holds every component of the step.
+    Named components per step from a :class:`~transferlab.platform.agent_env.RewardTable`: by default
+    the dense table of the project's founding design note (read +0.5, write +0.5, tool error -1, read
+    before write +1, write without read -2, test after modify +1.5, redundant -0.5, test pass +3, test
+    fail -2, all tests pass +5, task complete +20), or the sparse table (+20 on success, -5 on failure,
+    at the end only). ``info["components"]`` holds every component of the step.
 
     ## Starting State
     A task drawn with ``self.np_random`` from the env's tasks, or ``options={"task": task_or_id}``.
@@ -67,11 +72,12 @@ class CodeRepairEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (Gymnasium declares it an instance attribute)
+    domain: Domain = "coding"
 
     def __init__(
         self,
         tasks: list[RepoTask] | None = None,
-        rewards: str | AgentRewardTable = "dense",
+        rewards: str | RewardTable = "dense",
         max_steps: int = 10,
         sandbox: SandboxBackend | None = None,
         render_mode: str | None = None,
@@ -87,6 +93,7 @@ class CodeRepairEnv(gym.Env[str, str]):
         self.tasks = list(tasks)
         self._by_id = {t.task_id: t for t in self.tasks}
         self.rewards = reward_table(rewards) if isinstance(rewards, str) else rewards
+        self.rewards.require(CODING_EVENTS, "CodeRepair-v0")
         self.max_steps = max_steps
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=MAX_TEXT, charset=CHARSET)
@@ -144,20 +151,22 @@ class CodeRepairEnv(gym.Env[str, str]):
         except ToolError as err:
             events["tool_error"] = 1
             text, terminated = f"tool error: {err}", False
-        truncated = not terminated and self.steps >= self.max_steps
-        if truncated:
-            events["task_failed"] = 1
-            text += f"\n(step limit of {self.max_steps} reached without a submit)"
-        components = self.rewards.weigh(events)
-        info.update(
-            components=components, events=events, test_writes_refused=self.workspace.refused_test_writes
+        out = finish_step(
+            text,
+            events,
+            info,
+            terminated=terminated,
+            step=self.steps,
+            max_steps=self.max_steps,
+            table=self.rewards,
+            ending="a submit",
         )
+        info["test_writes_refused"] = self.workspace.refused_test_writes
         # timings stay out of `info`, which must be deterministic; rollout code reads them here
         self.last_timings["env_s"] = time.perf_counter() - t0
-        self.done = terminated or truncated
-        obs = to_charset(text)
-        self._last_obs = obs
-        return obs, float(sum(components.values())), terminated, truncated, info
+        self.done = out.terminated or out.truncated
+        self._last_obs = out.observation
+        return out
 
     def render(self) -> str | None:  # type: ignore[override]
         return self._last_obs if self.render_mode == "ansi" else None
@@ -261,3 +270,22 @@ class CodeRepairEnv(gym.Env[str, str]):
         info["verifier"] = {"status": run.grade.status, "passed": run.grade.passed, "total": run.grade.total}
         events["task_complete" if success else "task_failed"] = 1
         return describe_run(run, self.task, submitted=True), True
+
+
+def code_repair_env(
+    tasks: Sequence[Task],
+    *,
+    rewards: str | RewardTable = "dense",
+    max_steps: int = 10,
+    sandbox: SandboxBackend | None = None,
+) -> CodeRepairEnv:
+    """CodeRepair-v0 as a :class:`~transferlab.platform.agent_env.ToolEnvFactory` (the rollout workers'
+    default): ``tasks`` must be repository tasks."""
+    repo = [t for t in tasks if isinstance(t, RepoTask)]
+    if len(repo) != len(tasks):
+        other = next(type(t).__name__ for t in tasks if not isinstance(t, RepoTask))
+        raise ValueError(
+            f"CodeRepair-v0 plays repository tasks (RepoTask), got a {other}; for another domain's tasks "
+            "set env_factory to that domain's env factory"
+        )
+    return CodeRepairEnv(repo, rewards=rewards, max_steps=max_steps, sandbox=sandbox)

@@ -26,11 +26,14 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from transferlab.coding_rl.tasks.code_task import CodeTask, TaskError, TestCase, task_from_dict
+
+if TYPE_CHECKING:
+    from transferlab.platform.trajectory import Domain
 
 Split = Literal["train", "held-out"]
 
@@ -75,6 +78,19 @@ class RepoTask(BaseModel):
     @property
     def task_id(self) -> str:
         return self.meta.task_id
+
+    @property
+    def domain(self) -> Domain:
+        """Always ``coding`` (:class:`~transferlab.platform.agent_env.Task`)."""
+        return "coding"
+
+    @property
+    def split(self) -> str:
+        return self.meta.split
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.meta.provenance
 
     @property
     def buggy_source(self) -> str:

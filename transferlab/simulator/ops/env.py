@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from gymnasium import spaces
 
+from transferlab.platform.agent_env import RewardTable, finish_step
 from transferlab.platform.tools import CHARSET, MAX_TEXT, to_charset
 from transferlab.simulator.ops.data_platform import (
     EVIDENCE_SOURCE,
@@ -17,7 +19,7 @@ from transferlab.simulator.ops.data_platform import (
     parse_action,
 )
 from transferlab.simulator.ops.grader import (
-    OpsRewardTable,
+    OPS_EVENTS,
     checked_before_report,
     named_causes,
     ops_reward_table,
@@ -31,6 +33,9 @@ from transferlab.simulator.ops.scenarios import (
     seed_of,
     task_seeds,
 )
+
+if TYPE_CHECKING:
+    from transferlab.platform.trajectory import Domain
 
 ReportScorer = Callable[[OpsTask, str], float]
 
@@ -60,14 +65,16 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     tool's result (``key: value`` lines) after a step.
 
     ## Rewards
-    Named components per step from an :class:`~transferlab.simulator.ops.grader.OpsRewardTable`: dense
+    Named components per step from a :class:`~transferlab.platform.agent_env.RewardTable`: dense
     (query +0.5, check before report +1, redundant -0.5, tool error -1, report without query -2,
     2 x report score) or sparse (2 x report score at the end, -5 without a report).
     ``info["components"]`` (also ``info["reward_components"]``) holds every component of the step.
 
     ## Starting State
     A task drawn with ``self.np_random`` from the split's tasks (``options={"split": "held_out"}`` for
-    the held-out ones), or ``options={"task_id": "ops-0007"}``.
+    the held-out ones), ``options={"task_id": "ops-0007"}``, or ``options={"task": task}`` with an
+    :class:`~transferlab.simulator.ops.scenarios.OpsTask` (rebuilt from its seed, so it must be a task
+    of this env's ``scenario_config``).
 
     ## Episode End
     ``terminated`` on ``generate_report``; ``truncated`` after ``max_steps`` steps without one.
@@ -82,11 +89,12 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     """
 
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (Gymnasium declares it an instance attribute)
+    domain: Domain = "ecommerce"
 
     def __init__(
         self,
         n_tasks: int = 30,
-        reward_mode: str | OpsRewardTable = "dense",
+        reward_mode: str | RewardTable = "dense",
         max_steps: int = 10,
         report_scorer: ReportScorer | None = None,
         scenario_config: ScenarioConfig | None = None,
@@ -98,6 +106,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
             raise ValueError(f"n_tasks must be >= 1, got {n_tasks}")
         self.seeds = {split: task_seeds(split, n_tasks) for split in ("train", "held_out")}
         self.rewards = ops_reward_table(reward_mode) if isinstance(reward_mode, str) else reward_mode
+        self.rewards.require(OPS_EVENTS, "OpsAnalysis-v0")
         self.max_steps = max_steps
         self.report_scorer = report_scorer or rubric_scorer
         self.scenario_config = scenario_config or ScenarioConfig()
@@ -107,6 +116,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
         self.platform: DataPlatform | None = None
         self.done = True
         self._last_obs = ""
+        self.last_timings: dict[str, float] = {"env_s": 0.0}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -126,6 +136,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.platform is None or self.done:
             raise RuntimeError("call reset() before step(), and again after an episode ends")
+        t0 = time.perf_counter()
         self.steps += 1
         events: dict[str, float] = {}
         info: dict[str, Any] = {"step": self.steps, "tool": None, "tool_ok": False, "success": None}
@@ -149,19 +160,23 @@ class OpsAnalysisEnv(gym.Env[str, str]):
             self.tool_errors += 1
             events["tool_error"] = 1
             text = f"tool error: {err}"
-        truncated = not terminated and self.steps >= self.max_steps
-        if truncated:
-            events["task_failed"] = 1
-            info["success"] = False
-            text += f"\n(step limit of {self.max_steps} reached without a report)"
-        components = self.rewards.weigh(events)
-        info.update(
-            components=components, reward_components=components, events=events, tool_errors=self.tool_errors
+        out = finish_step(
+            text,
+            events,
+            info,
+            terminated=terminated,
+            step=self.steps,
+            max_steps=self.max_steps,
+            table=self.rewards,
+            ending="a report",
         )
-        self.done = terminated or truncated
-        obs = to_charset(text)
-        self._last_obs = obs
-        return obs, float(sum(components.values())), terminated, truncated, info
+        if out.truncated:
+            info["success"] = False
+        info.update(reward_components=info["components"], tool_errors=self.tool_errors)
+        self.last_timings = {"env_s": time.perf_counter() - t0}
+        self.done = out.terminated or out.truncated
+        self._last_obs = out.observation
+        return out
 
     def render(self) -> str | None:  # type: ignore[override]
         return self._last_obs if self.render_mode == "ansi" else None
@@ -169,6 +184,8 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     # -- internals ----------------------------------------------------------------------------------
 
     def _pick(self, options: dict[str, Any]) -> Scenario:
+        if "task" in options:
+            return self._scenario_of(options["task"])
         if "task_id" in options:
             return scenario(seed_of(str(options["task_id"])), self.scenario_config)
         split = options.get("split", "train")
@@ -176,6 +193,17 @@ class OpsAnalysisEnv(gym.Env[str, str]):
             raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
         seeds = self.seeds[split]
         return scenario(seeds[int(self.np_random.integers(len(seeds)))], self.scenario_config)
+
+    def _scenario_of(self, task: Any) -> Scenario:
+        if not isinstance(task, OpsTask):
+            raise ValueError(f'options["task"] must be an OpsTask, got {type(task).__name__}')
+        built = scenario(seed_of(task.task_id), self.scenario_config)
+        if built.task != task:
+            raise ValueError(
+                f"task {task.task_id!r} differs from the one this env builds from its seed; build it "
+                "with this env's scenario_config: scenario(seed_of(task_id), env.scenario_config).task"
+            )
+        return built
 
     def _report(self, text: str, events: dict[str, float], info: dict[str, Any]) -> str:
         if self.queries == 0:

@@ -16,8 +16,8 @@ false_blame        -3 per absent cause blamed (a clause that names a cause and n
 The total is clipped to [0, 10]. Keyword stuffing (every cause listed) loses 3 points per absent
 cause; the right cause without numbers scores 6, with them 10.
 
-Dense step table (:class:`OpsRewardTable`), the analogue of the coding agent's dense reward table
-(:class:`transferlab.coding_rl.rewards.AgentRewardTable`):
+Dense step table (:data:`DENSE_OPS_REWARDS`, a :class:`~transferlab.platform.agent_env.RewardTable`),
+the analogue of the coding agent's dense reward table (:data:`transferlab.coding_rl.rewards.DENSE_REWARDS`):
 
 =========================  ======  =====================================================
 component                  weight  coding analogue
@@ -50,10 +50,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import Field
 from scipy.stats import spearmanr
 
-from transferlab.platform.config import BaseConfig
+from transferlab.platform.agent_env import RewardTable
 from transferlab.simulator.ops.scenarios import ALL_CAUSES, OpsTask
 
 CAUSE_SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -133,46 +132,45 @@ def rubric_score(task: OpsTask, report: str) -> RubricScore:
     return RubricScore(components, named, blamed_absent)
 
 
-class OpsRewardTable(BaseConfig):
-    """Per-step reward components of the ops environment (the dense table by default)."""
+OPS_EVENTS: dict[str, str] = {
+    "query_success": "A new query returned data.",
+    "check_before_report": "Every cause the report names was checked in its evidence source first.",
+    "redundant_query": "The same call as an earlier one.",
+    "tool_error": "Malformed, unknown or failed tool call.",
+    "report_without_query": "generate_report before any query.",
+    "report_score": "Multiplies the report's 0-10 score (rubric or human).",
+    "task_failed": "No report within the step budget. Below the most the queries can pay (7 x 0.5), so "
+    "that querying without ever reporting never beats reporting: at 0, GRPO on a weak policy learned "
+    "to query until the step limit.",
+}
+"""Every event OpsAnalysis-v0 records, and when."""
 
-    query_success: float = Field(default=0.5, description="A new query returned data.")
-    check_before_report: float = Field(
-        default=1.0, description="Every cause the report names was checked in its evidence source first."
-    )
-    redundant_query: float = Field(default=-0.5, description="The same call as an earlier one.")
-    tool_error: float = Field(default=-1.0, description="Malformed, unknown or failed tool call.")
-    report_without_query: float = Field(default=-2.0, description="generate_report before any query.")
-    report_score: float = Field(
-        default=2.0, description="Multiplies the report's 0-10 score (rubric or human)."
-    )
-    task_failed: float = Field(
-        default=-4.0,
-        description="No report within the step budget. Below the most the queries can pay (7 x 0.5), so "
-        "that querying without ever reporting never beats reporting: at 0, GRPO on a weak policy learned "
-        "to query until the step limit.",
-    )
-    end_only: bool = Field(default=False, description="Sparse: pay only report_score / task_failed.")
-
-    def weigh(self, events: dict[str, float]) -> dict[str, float]:
-        """Components of one step: each event's count (or score) times its weight."""
-        return {
-            name: float(getattr(self, name)) * count
-            for name, count in events.items()
-            if not (self.end_only and name not in ("report_score", "task_failed"))
-        }
+DENSE_OPS_REWARDS = RewardTable(
+    weights={
+        "query_success": 0.5,
+        "check_before_report": 1.0,
+        "redundant_query": -0.5,
+        "tool_error": -1.0,
+        "report_without_query": -2.0,
+        "report_score": 2.0,
+        "task_failed": -4.0,
+    },
+    descriptions=OPS_EVENTS,
+    final=("report_score", "task_failed"),
+)
+"""The ops environment's dense table (see the module's table)."""
+SPARSE_OPS_REWARDS = DENSE_OPS_REWARDS.model_copy(
+    update={"weights": {**DENSE_OPS_REWARDS.weights, "task_failed": -5.0}, "end_only": True}
+)
+"""2 x report score at the end, -5 without a report."""
 
 
-DENSE_OPS_REWARDS = OpsRewardTable()
-SPARSE_OPS_REWARDS = OpsRewardTable(task_failed=-5.0, end_only=True)
-
-
-def ops_reward_table(name: str) -> OpsRewardTable:
+def ops_reward_table(name: str) -> RewardTable:
     """``dense`` or ``sparse`` (2 x report score at the end, -5 without a report)."""
     tables = {"dense": DENSE_OPS_REWARDS, "sparse": SPARSE_OPS_REWARDS}
     if name not in tables:
         raise ValueError(f"unknown reward table {name!r}; choose one of {sorted(tables)}")
-    return tables[name].model_copy()
+    return tables[name].model_copy(deep=True)
 
 
 def checked_before_report(named: Sequence[str], queried: set[str], sources: dict[str, str]) -> bool:
@@ -195,17 +193,17 @@ def report_subject(task_id: str, report: str) -> str:
 
 
 def human_report_reward(
-    ratings: Sequence[tuple[str, float]], subject: str, table: OpsRewardTable = DENSE_OPS_REWARDS
+    ratings: Sequence[tuple[str, float]], subject: str, table: RewardTable = DENSE_OPS_REWARDS
 ) -> float | None:
     """Final reward from experts' ratings, as ``ratings_as_rewards`` returns them ((subject, 0-1)).
 
-    The mean rating of ``subject`` back on the 0-10 scale times ``table.report_score`` (the weight the
+    The mean rating of ``subject`` back on the 0-10 scale times ``table["report_score"]`` (the weight the
     rubric score gets), or None when nobody rated it.
     """
     mine = [r for s, r in ratings if s == subject]
     if not mine:
         return None
-    return float(table.report_score * 10.0 * np.mean(mine))
+    return float(table["report_score"] * 10.0 * np.mean(mine))
 
 
 @dataclass(frozen=True)

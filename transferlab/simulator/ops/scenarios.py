@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,9 @@ from transferlab.platform.config import BaseConfig
 from transferlab.simulator.market import CATEGORIES, CampaignAction
 from transferlab.simulator.world import COST_RATIO, MarketWorld
 from transferlab.simulator.world_config import WorldConfig
+
+if TYPE_CHECKING:
+    from transferlab.platform.trajectory import Domain
 
 FAMILIES: tuple[str, ...] = (
     "stock_out",
@@ -155,6 +158,16 @@ class OpsTask:
     def absent(self) -> tuple[str, ...]:
         """Causes a report must not blame."""
         return tuple(c for c in ALL_CAUSES if c not in self.causes and c not in self.related)
+
+    @property
+    def domain(self) -> Domain:
+        """Always ``ecommerce`` (:class:`~transferlab.platform.agent_env.Task`)."""
+        return "ecommerce"
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """The generator and the seeds the scenario is built from."""
+        return {"source": "scenario", "family": self.family, "seed": self.seed, "world_seed": self.world_seed}
 
 
 @dataclass
