@@ -7,6 +7,7 @@ ratios the foundation issue sets as targets, all measured in this one run:
     faster than a fresh interpreter per grade; docker warm pool >= 3x faster than `docker run`.
 
 Usage: python benchmarks/sandbox_throughput.py [--n 200] [--n-slow 30] [--skip-docker] [--json OUT]
+       [--uid-base 61000]   (another uid range when other processes hold the default one's uids)
 
 What a change to the sandbox server costs, measured on a busy machine as fairly as it allows: old and
 current server files graded alternately (rounds of n/4 grades each), same task, same process:
@@ -27,6 +28,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from transferlab.coding_rl.sandbox import backends
@@ -98,14 +100,14 @@ def _row(name: str, lat: list[float], gps: float) -> dict[str, float | str]:
     }
 
 
-def bench_backend(name: str, n: int, cores: int) -> dict[str, float | str] | None:
+def bench_backend(name: str, n: int, cores: int, uid_base: int) -> dict[str, float | str] | None:
     task, source = _task_and_source()
     try:
-        seq = make_backend(SandboxConfig(backend=name, workers=1))  # type: ignore[arg-type]
+        seq = make_backend(SandboxConfig(backend=name, workers=1, uid_base=uid_base))
     except SandboxUnavailable as exc:
         print(f"  {name}: unavailable ({exc})", file=sys.stderr)
         return None
-    with_all = make_backend(SandboxConfig(backend=name, workers=cores))  # type: ignore[arg-type]
+    with_all = make_backend(SandboxConfig(backend=name, workers=cores, uid_base=uid_base))
     try:
         v1, vn = Verifier(seq), Verifier(with_all)
         check = v1.grade(task, source)
@@ -171,14 +173,14 @@ def bench_docker_run(n: int, cores: int, image: str) -> dict[str, float | str] |
     return _row("docker run per grade", lat, gps)
 
 
-def run(n: int, n_slow: int, skip_docker: bool) -> dict[str, object]:
+def run(n: int, n_slow: int, skip_docker: bool, uid_base: int) -> dict[str, object]:
     cores = os.cpu_count() or 1
     task, source = _task_and_source()
     rows: list[dict[str, float | str]] = []
     names = ["forkserver", "subprocess"] + ([] if skip_docker else ["docker"])
     for name in names:
         print(f"benchmarking {name} ...", file=sys.stderr)
-        row = bench_backend(name, n if name != "subprocess" else n_slow, cores)
+        row = bench_backend(name, n if name != "subprocess" else n_slow, cores, uid_base)
         if row:
             rows.append(row)
     print("benchmarking baselines ...", file=sys.stderr)
@@ -230,7 +232,7 @@ def run(n: int, n_slow: int, skip_docker: bool) -> dict[str, object]:
     }
 
 
-def bench_against_server(old_server: Path, backend: str, n: int, rounds: int = 4) -> str:
+def bench_against_server(old_server: Path, backend: str, n: int, uid_base: int, rounds: int = 4) -> str:
     """p50/p95 per grade of `old_server` and of the current server, graded in alternating rounds."""
     task, source = _task_and_source()
     current = backends.SERVER_PATH
@@ -239,12 +241,12 @@ def bench_against_server(old_server: Path, backend: str, n: int, rounds: int = 4
         for _ in range(rounds):
             for label, path in (("old", old_server.resolve()), ("current", current)):
                 backends.SERVER_PATH = path  # read when a server process starts
-                sandbox = make_backend(SandboxConfig(backend=backend, workers=1))  # type: ignore[arg-type]
+                sandbox = make_backend(SandboxConfig(backend=backend, workers=1, uid_base=uid_base))
                 try:
                     verifier = Verifier(sandbox)
                     check = verifier.grade(task, source)
                     assert check.status == "passed", check
-                    lat[label] += _latencies(lambda v=verifier: v.grade(task, source), max(1, n // rounds))
+                    lat[label] += _latencies(partial(verifier.grade, task, source), max(1, n // rounds))
                 finally:
                     sandbox.close()
     finally:
@@ -293,14 +295,23 @@ def main() -> int:
         help="instead: compare this sandbox_server.py with the current one, alternately",
     )
     p.add_argument("--backend", default="forkserver", help="backend for --against-server")
+    p.add_argument(
+        "--uid-base",
+        type=int,
+        default=SandboxConfig().uid_base,
+        help="first sandbox uid (default: SandboxConfig's)",
+    )
     args = p.parse_args()
+    if not 1000 <= args.uid_base <= 2**31 - 1000:
+        print(f"error: --uid-base {args.uid_base} is out of range; pass a uid from 1000 up", file=sys.stderr)
+        return 2
     if args.against_server:
         if not args.against_server.is_file():
             print(f"error: {args.against_server} is not a file; pass a saved server file", file=sys.stderr)
             return 2
-        print(bench_against_server(args.against_server, args.backend, args.n))
+        print(bench_against_server(args.against_server, args.backend, args.n, args.uid_base))
         return 0
-    result = run(args.n, args.n_slow, args.skip_docker)
+    result = run(args.n, args.n_slow, args.skip_docker, args.uid_base)
     print(render(result))
     if args.json:
         from transferlab.platform.io import atomic_write_json

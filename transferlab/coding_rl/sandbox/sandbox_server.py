@@ -424,7 +424,7 @@ def drop_privileges(uid: int) -> None:
 
 
 JOB_FD = 4
-READY_FD = 5  # the child writes one byte here once it is set up (see child_main)
+LIFELINE_FD = 5  # a pidfd of the zygote, until the child has checked that it is alive (child_main)
 
 
 ZYGOTE_WARM_UPS = 8  # rounds of _warm_up in the zygote: enough for the interpreter to specialise it
@@ -633,20 +633,20 @@ def _isolate(setup: dict) -> None:
 
 
 def _take_fds(setup: dict) -> None:
-    """Put the child's descriptors at 0-5 (stdin, out, out, result, job, ready) and close every other.
+    """Put the child's descriptors at 0-5 (stdin, out, out, result, job, lifeline), close every other.
 
     They are first copied above 5, so no target number clobbers a source that is still to be moved.
     """
-    sources = [setup[key] for key in ("stdin_fd", "out_fd", "out_fd", "result_fd", "job_fd", "ready_fd")]
+    sources = [setup[key] for key in ("stdin_fd", "out_fd", "out_fd", "result_fd", "job_fd", "lifeline_fd")]
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in sources]
     for target, fd in enumerate(high):
         os.dup2(fd, target)
-    os.closerange(READY_FD + 1, 65536)
+    os.closerange(LIFELINE_FD + 1, 65536)
 
 
 def child_main(setup: dict) -> None:
     """In the forked child: take the descriptors, warm up, isolate, drop privileges, install seccomp,
-    say it is ready, then wait for the job and run it. Never returns.
+    then wait for the job and run it. Never returns.
 
     Everything but the job's own limits happens before the job exists, off the critical path.
     """
@@ -662,12 +662,15 @@ def child_main(setup: dict) -> None:
         os.environ["HOME"] = os.environ["TMPDIR"] = setup["workdir"]  # the rest is the zygote's
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         # PR_SET_PDEATHSIG after setresuid (which clears it): die with the zygote, our parent, which
-        # dies with the server. The zygote tells the server about this child only after reading the
-        # byte below, so the zygote was alive when the signal was armed and no job reaches an orphan.
+        # dies with the server. Then the zygote's pidfd says whether it was still alive once the signal
+        # was armed; if not, exit: no job runs in an orphan.
         _check(_get_libc().prctl(1, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+        lifeline = select.poll()
+        lifeline.register(LIFELINE_FD, select.POLLIN)
+        if lifeline.poll(0):
+            os._exit(0)
+        os.close(LIFELINE_FD)
         install_seccomp()  # the candidate's code only ever runs under it
-        os.write(READY_FD, b"r")
-        os.close(READY_FD)
         job = read_frame(JOB_FD)  # only now, unprivileged, jailed and filtered, does the child learn its job
         os.close(JOB_FD)
         if type(job) is not dict:
@@ -1004,30 +1007,28 @@ def pack_reply(reply: dict) -> bytes:
     return data
 
 
-def _fork_child(setup: dict, fds: list, devnull: int, own_pidns: int | None) -> tuple[int, int, int]:
-    """Fork one job child (in a fresh PID namespace when `own_pidns` is given); returns its pid, a pidfd
-    for it, and the read end of its ready pipe. The child never returns from here."""
+def _fork_child(setup: dict, fds: list, fixed: dict, own_pidns: int | None) -> tuple[int, int]:
+    """Fork one job child (in a fresh PID namespace when `own_pidns` is given); returns its pid and a
+    pidfd for it. `fixed`: the zygote's descriptors every child gets (stdin_fd, lifeline_fd). The child
+    never returns from here."""
     libc = _get_libc()
     if own_pidns is not None:
         # back to our own namespace for children first: a second unshare would fail, and forking into
         # the previous child's namespace (its init gone) too
         _check(libc.setns(own_pidns, CLONE_NEWPID), "setns(pid)")
         _check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
-    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         out_fd, result_fd, job_fd = fds
-        setup.update(stdin_fd=devnull, out_fd=out_fd, result_fd=result_fd, job_fd=job_fd, ready_fd=ready_w)
+        setup.update(fixed, out_fd=out_fd, result_fd=result_fd, job_fd=job_fd)
         child_main(setup)
-    os.close(ready_w)
-    return pid, os.pidfd_open(pid), ready_r
+    return pid, os.pidfd_open(pid)
 
 
 def _zygote_main(sock: Any, server_pid: int) -> None:
     """Fork a job child per request (its setup and its three pipe ends); tell the server each child's
-    pid and a pidfd for it once the child is set up (`c TAG PID`, TAG from the setup: children may get
-    ready out of order), and each child's wait status once it exits (`x PID STATUS`). The zygote is
-    the children's parent: it alone reaps them."""
+    pid and a pidfd for it (`c TAG PID`, TAG from the setup), and each child's wait status once it
+    exits (`x PID STATUS`). The zygote is the children's parent: it alone reaps them."""
     import socket
 
     libc = _get_libc()
@@ -1037,7 +1038,7 @@ def _zygote_main(sock: Any, server_pid: int) -> None:
     keep = sock.fileno()
     os.closerange(3, keep)
     os.closerange(keep + 1, 65536)
-    devnull = os.open("/dev/null", os.O_RDWR)
+    fixed = {"stdin_fd": os.open("/dev/null", os.O_RDWR), "lifeline_fd": os.pidfd_open(os.getpid())}
     own_pidns: int | None = None
     _seccomp_filter()  # built once here; each child only installs it
     os.environ.clear()  # what children inherit; each adds its HOME and TMPDIR
@@ -1048,8 +1049,7 @@ def _zygote_main(sock: Any, server_pid: int) -> None:
     gc.freeze()  # what the warm-up left, shared with every child like the server's objects
     poller = select.poll()
     poller.register(keep, select.POLLIN)
-    starting: dict[int, tuple[int, int, int]] = {}  # ready pipe -> (tag, pid, pidfd), setting up
-    running: dict[int, int] = {}  # pidfd -> pid of a child the server knows
+    running: dict[int, int] = {}  # pidfd -> pid
     while True:
         for fd, _ in poller.poll():
             if fd == keep:
@@ -1064,20 +1064,14 @@ def _zygote_main(sock: Any, server_pid: int) -> None:
                     if setup["pidns"] and own_pidns is None:
                         own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
                     pidns = own_pidns if setup["pidns"] else None
-                    pid, pidfd, ready_r = _fork_child(setup, fds, devnull, pidns)
+                    pid, pidfd = _fork_child(setup, fds, fixed, pidns)
                 except OSError:
                     sock.send(b"c %d -1" % setup["tag"])
                     continue
                 finally:
                     for received in fds:
                         os.close(received)
-                starting[ready_r] = (setup["tag"], pid, pidfd)
-                poller.register(ready_r, select.POLLIN)
-            elif fd in starting:  # the child is set up (or died trying: then its pidfd says so next)
-                tag, pid, pidfd = starting.pop(fd)
-                poller.unregister(fd)
-                os.close(fd)
-                socket.send_fds(sock, [b"c %d %d" % (tag, pid)], [pidfd])
+                socket.send_fds(sock, [b"c %d %d" % (setup["tag"], pid)], [pidfd])
                 running[pidfd] = pid
                 poller.register(pidfd, select.POLLIN)
             elif fd in running:
@@ -1139,7 +1133,7 @@ class Zygote:
         raise OSError("the zygote could not fork a job child" if kind == b"c" else "the zygote exited")
 
     def collect(self, tag: int) -> tuple[int, int]:
-        """The pid and a pidfd of the child requested with `tag`, once it is set up."""
+        """The pid and a pidfd of the child requested with `tag`, once it is forked."""
         while tag not in self.created:
             self._receive()
         return self.created.pop(tag)
@@ -1216,7 +1210,7 @@ class Server:
         return self.zygote
 
     def settle(self) -> None:
-        """Wait until every child asked for is set up (armed to die with the zygote, ready for a job)."""
+        """Collect every child asked for (then the zygote has forked each one)."""
         for child in self.ready:
             if child["pid"] is None:
                 child["pid"], child["pidfd"] = self._zygote().collect(child["tag"])
