@@ -12,6 +12,7 @@ from transferlab.coding_rl.policies.model import load_policy
 from transferlab.coding_rl.policies.tokenizer import IM_END
 from transferlab.coding_rl.trainers.demos import scripted_demonstration
 from transferlab.comparison import ops_training as ot
+from transferlab.platform.agent_env import ToolEnv
 from transferlab.platform.metrics import read_metrics
 from transferlab.platform.trajectory import to_tensors
 from transferlab.simulator.ops.env import NaiveAgent
@@ -66,6 +67,14 @@ def test_policy_rollouts_use_the_coding_schema_and_masks(tasks, tokenizer) -> No
     assert ev.success == [0.0, 0.0] and set(ev.task_ids) == {t.task_id for t in tasks[1]}
 
 
+def test_the_env_factory_builds_the_ops_tool_env(tasks) -> None:
+    env = ot.make_ops_env(tasks[0], rewards="sparse", max_steps=3)
+    assert isinstance(env, ToolEnv) and env.domain == "ecommerce" and env.max_steps == 3
+    assert env.rewards.end_only
+    _, info = env.reset(seed=0, options={"task": tasks[0][1]})
+    assert info["task_id"] == tasks[0][1].task_id
+
+
 def test_habits_by_hand_expert_both_naive_neither(tasks, tokenizer) -> None:
     expert = ot.make_ops_sft_data(tokenizer, tasks[0][:1])[0]
     assert ot.ops_habits(expert) == {"query_before_concluding": True, "check_before_reporting": True}
@@ -73,12 +82,12 @@ def test_habits_by_hand_expert_both_naive_neither(tasks, tokenizer) -> None:
     task = tasks[0][0]
     agent = NaiveAgent()
     agent.reset(task.category)
-    naive = scripted_demonstration(ot.OpsEpisodeEnv(), task, [agent.act("")], tokenizer)  # type: ignore[arg-type]
+    naive = scripted_demonstration(ot.make_ops_env([task]), task, [agent.act("")], tokenizer)
     assert ot.ops_habits(naive) == {"query_before_concluding": False, "check_before_reporting": False}
     # a query, then a report blaming a cause whose evidence was never checked: queried, not checked
     steps = ot.expert_actions(task)
     report = json.dumps({"action": "generate_report", "text": "Cause: a competitor price cut."})
-    partial = scripted_demonstration(ot.OpsEpisodeEnv(), task, [steps[0], report], tokenizer)  # type: ignore[arg-type]
+    partial = scripted_demonstration(ot.make_ops_env([task]), task, [steps[0], report], tokenizer)
     assert ot.ops_habits(partial) == {"query_before_concluding": True, "check_before_reporting": False}
 
 

@@ -10,8 +10,9 @@ environment:
    calls only.
 2. **GRPO, multi-turn** with :func:`~transferlab.coding_rl.trainers.rl.train_rl` in agent mode. The
    only difference from coding is ``RLConfig.env_factory`` = :data:`OPS_ENV_FACTORY`, which makes the
-   rollout workers play :class:`OpsEpisodeEnv` (OpsAnalysis-v0 behind CodeRepair-v0's reset
-   interface) instead of CodeRepair-v0. Dense rewards by default.
+   rollout workers play OpsAnalysis-v0 (like CodeRepair-v0 a
+   :class:`~transferlab.platform.agent_env.ToolEnv`) instead of CodeRepair-v0. Dense rewards by
+   default.
 3. **Held-out evaluation** on held-out scenarios only: the rubric score (0-10) of each episode's
    report (0 without a report) and success = rubric >= 8, before training, after SFT and every
    ``eval_every`` GRPO steps (the per-step held-out curve).
@@ -150,36 +151,13 @@ PRESETS: dict[str, Any] = {"cpu": OpsTrainingConfig, "test": ops_test_config}
 # ----------------------------------------------------------------------------------- env and tasks
 
 
-class OpsEpisodeEnv:
-    """OpsAnalysis-v0 behind CodeRepair-v0's episode interface, for the coding rollout code.
+def make_ops_env(tasks: Sequence[OpsTask], rewards: str = "dense", max_steps: int = 8) -> OpsAnalysisEnv:
+    """The env factory named by :data:`OPS_ENV_FACTORY` (called once per episode by the workers).
 
-    ``reset(seed=, options={"task": OpsTask})`` plays that task; ``last_timings`` holds the step's env
-    seconds; ``domain`` labels the trajectories ``"ecommerce"``.
+    OpsAnalysis-v0 is a :class:`~transferlab.platform.agent_env.ToolEnv`: ``reset(seed=,
+    options={"task": task})`` plays ``task``, so the coding rollout code runs it as it is.
     """
-
-    domain = "ecommerce"
-
-    def __init__(self, tasks: Sequence[OpsTask] = (), rewards: str = "dense", max_steps: int = 8) -> None:
-        self.env = OpsAnalysisEnv(n_tasks=1, reward_mode=rewards, max_steps=max_steps)
-        self.last_timings: dict[str, float] = {}
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        task: OpsTask = (options or {})["task"]
-        return self.env.reset(seed=seed, options={"task_id": task.task_id})
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        t0 = time.perf_counter()
-        out = self.env.step(action)
-        self.last_timings = {"env_s": time.perf_counter() - t0}
-        return out
-
-    def close(self) -> None:
-        self.env.close()
-
-
-def make_ops_env(tasks: Sequence[OpsTask], rewards: str = "dense", max_steps: int = 8) -> OpsEpisodeEnv:
-    """The env factory named by :data:`OPS_ENV_FACTORY` (called once per episode by the workers)."""
-    return OpsEpisodeEnv(tasks, rewards=rewards, max_steps=max_steps)
+    return OpsAnalysisEnv(n_tasks=1, reward_mode=rewards, max_steps=max_steps)
 
 
 def ops_tasks(n_train: int, n_held_out: int) -> tuple[list[OpsTask], list[OpsTask]]:
@@ -201,11 +179,8 @@ def make_ops_sft_data(
     """One expert demonstration per task, recorded exactly as a rollout of the policy would be."""
     demos = []
     for task in tasks:
-        env = OpsEpisodeEnv(rewards=rewards, max_steps=max_steps)
-        traj = scripted_demonstration(env, task, expert_actions(task, max_steps), tokenizer)  # type: ignore[arg-type]
-        for step in traj.steps:
-            step.domain = "ecommerce"
-        demos.append(traj.validate())
+        env = make_ops_env([task], rewards=rewards, max_steps=max_steps)
+        demos.append(scripted_demonstration(env, task, expert_actions(task, max_steps), tokenizer))
     return demos
 
 
@@ -223,8 +198,9 @@ def shared_tokenizer(
     ops_train: Sequence[OpsTask], vocab_size: int = 768, operations: Sequence[str] = ()
 ) -> Any:
     """One byte-level BPE over coding texts (toy tasks, CodeRepair-v0 corpus) and ops texts."""
-    from transferlab.coding_rl.policies.tokenizer import corpus_texts, train_tokenizer
+    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
     from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_tasks, toy_solution, toy_tasks
+    from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
     ops = tuple(operations) or tuple(sorted(OPERATIONS))
     code_train, code_held = toy_tasks(0.25, 0, ops)
@@ -317,7 +293,7 @@ def evaluate_ops(
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=rl.max_new_tokens, seed=seed)
     was_training = model.training
     model.eval()
-    trajs = policy_episodes(model, tokenizer, envs, flat, sampling, rl.max_context)  # type: ignore[arg-type]
+    trajs = policy_episodes(model, tokenizer, envs, flat, sampling, rl.max_context)
     model.train(was_training)
     rubric = [rubric_of(t) for t in trajs]
     habits: dict[str, list[float]] = {"query_before_concluding": [], "check_before_reporting": []}

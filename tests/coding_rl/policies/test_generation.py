@@ -16,8 +16,9 @@ from transferlab.coding_rl.policies.generation import (
     stop_token_ids,
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
-from transferlab.coding_rl.policies.tokenizer import IM_END, corpus_texts, encode_chat, train_tokenizer
+from transferlab.coding_rl.policies.tokenizer import IM_END, encode_chat, train_tokenizer
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
+from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 from transferlab.platform.trajectory import StepRecord
 
 SMALL = {"n_layer": 2, "d_model": 64, "n_head": 4}

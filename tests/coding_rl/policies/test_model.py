@@ -16,8 +16,9 @@ from transferlab.coding_rl.policies.model import (
     load_policy,
     save_policy,
 )
-from transferlab.coding_rl.policies.tokenizer import corpus_texts, train_tokenizer
+from transferlab.coding_rl.policies.tokenizer import train_tokenizer
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
+from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 from transferlab.platform.config import ConfigError
 
 

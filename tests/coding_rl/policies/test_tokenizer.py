@@ -16,13 +16,13 @@ from transferlab.coding_rl.policies.tokenizer import (
     IM_END,
     IM_START,
     SPECIAL_TOKENS,
-    corpus_texts,
     encode_chat,
     observation_ids,
     train_tokenizer,
 )
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
+from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
-"""Multi-turn policy rollouts on CodeRepair-v0: exact ids, masks, tool errors, determinism, cuts."""
+"""Multi-turn policy rollouts on CodeRepair-v0 and any tool env: exact ids, masks, determinism, cuts."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -11,13 +12,15 @@ import torch
 from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
-from transferlab.coding_rl.policies.tokenizer import corpus_texts, encode_chat, train_tokenizer
+from transferlab.coding_rl.policies.tokenizer import encode_chat, train_tokenizer
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
+from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 from transferlab.coding_rl.trainers import agent_rollout
 from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
-from transferlab.platform.trajectory import Trajectory, to_tensors
+from transferlab.platform.agent_env import RewardTable, ToolEnv, finish_step
+from transferlab.platform.trajectory import Domain, Trajectory, to_tensors
 
 torch.set_num_threads(1)
 
@@ -181,3 +184,65 @@ def test_rejects_mismatched_or_shared_envs(
         policy_episodes(model, tokenizer, envs[:2], tasks, SAMPLING, max_context=1024)
     with pytest.raises(ValueError, match="twice"):
         policy_episodes(model, tokenizer, [envs[0]] * 3, tasks, SAMPLING, max_context=1024)
+
+
+# ----------------------------------------------------------------- any tool env, through the protocol
+
+ECHO_TABLE = RewardTable(weights={"said": 1.0, "task_failed": -1.0}, final=("task_failed",))
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    task_id: str
+    domain: Domain = "ecommerce"
+    split: str = "train"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+class EchoEnv:
+    """A two-step tool env written only against the contract: it echoes the action's length."""
+
+    domain: Domain = "ecommerce"
+
+    def __init__(self) -> None:
+        self.max_steps = 2
+        self.last_timings: dict[str, float] = {}
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        self.steps = 0
+        return f"say something about {(options or {})['task'].task_id}", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        info: dict[str, Any] = {"tool": "say", "tool_ok": True, "success": None}
+        self.last_timings = {"env_s": 0.0}
+        return finish_step(
+            f"{len(action)} chars",
+            {"said": 1},
+            info,
+            terminated=False,
+            step=self.steps,
+            max_steps=self.max_steps,
+            table=ECHO_TABLE,
+            ending="an end",
+        )
+
+    def render(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_policy_episodes_run_any_tool_env(model: Any, tokenizer: Any) -> None:
+    envs = [EchoEnv(), EchoEnv()]
+    assert all(isinstance(e, ToolEnv) for e in envs)
+    trajs = policy_episodes(model, tokenizer, envs, [_Prompt("a"), _Prompt("b")], SAMPLING, max_context=1024)
+    assert [t.task_id for t in trajs] == ["a", "b"]
+    for traj in trajs:
+        assert [s.domain for s in traj.steps] == ["ecommerce", "ecommerce"]
+        assert [s.reward for s in traj.steps] == [1.0, 0.0]  # the step limit's -1 on the second step
+        assert traj.steps[-1].truncated and traj.steps[-1].info["cut"] == "steps"
+        assert traj.steps[0].prompt_text.startswith("say something about")
+        assert traj.steps[0].observation_text.endswith(" chars")

@@ -37,8 +37,9 @@ def toy_tokenizer(
     code_tasks: Sequence[CodeTask], repo_tasks: Sequence[RepoTask], vocab_size: int = 512
 ) -> Any:
     """A BPE tokenizer trained here on the toy tasks' texts and the tool-call language (no download)."""
-    from transferlab.coding_rl.policies.tokenizer import corpus_texts, train_tokenizer
+    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
     from transferlab.coding_rl.tasks.toy import toy_solution
+    from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
     texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_tasks] * 10
     texts += list(corpus_texts(repo_tasks)) * 3

@@ -1,7 +1,8 @@
 """Policies for the coding agent: a tiny causal LM made here, or any local Hugging Face causal LM.
 
 * :mod:`.tokenizer`: a byte-level BPE tokenizer trained locally on the task corpus and the tool-call
-  language (:func:`train_tokenizer`, :func:`corpus_texts`), its chat format and exact-id helpers;
+  language (:func:`train_tokenizer`; the coding corpus is
+  :func:`transferlab.coding_rl.tokenizer_corpus.corpus_texts`), its chat format and exact-id helpers;
 * :mod:`.model`: :class:`TinyPolicyConfig` (a small Llama / GPT-2 from scratch), :func:`load_policy`
   (any causal LM from a local directory; nothing is downloaded) and :func:`save_policy`;
 * :mod:`.generation`: :func:`generate` (batched sampling with the KV cache, per-token log-probs, exact
@@ -35,10 +36,8 @@ from transferlab.coding_rl.policies.tokenizer import (
     PAD,
     ROLES,
     SPECIAL_TOKENS,
-    corpus_texts,
     encode_chat,
     observation_ids,
-    synthetic_tool_calls,
     train_tokenizer,
 )
 
@@ -57,7 +56,6 @@ __all__ = [
     "SamplingConfig",
     "StopReason",
     "TinyPolicyConfig",
-    "corpus_texts",
     "count_parameters",
     "encode_chat",
     "generate",
@@ -66,6 +64,5 @@ __all__ = [
     "save_policy",
     "sequence_logprobs",
     "stop_token_ids",
-    "synthetic_tool_calls",
     "train_tokenizer",
 ]

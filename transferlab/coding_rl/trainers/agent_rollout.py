@@ -1,6 +1,8 @@
-"""Multi-turn policy rollouts on `transferlab/CodeRepair-v0`: many episodes in lockstep, exact ids.
+"""Multi-turn policy rollouts on any tool environment: many episodes in lockstep, exact ids.
 
-:func:`policy_episodes` runs one episode per ``(env, task)`` pair. Each turn it
+:func:`policy_episodes` runs one episode per ``(env, task)`` pair: a
+:class:`~transferlab.platform.agent_env.ToolEnv` (``CodeRepair-v0``, ``OpsAnalysis-v0``) and a
+:class:`~transferlab.platform.agent_env.Task` it plays. Each turn it
 
 1. batches the full context ids of every still-running episode and calls
    :func:`~transferlab.coding_rl.policies.generation.generate` **once** for the batch;
@@ -40,10 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate
 from transferlab.coding_rl.policies.tokenizer import encode_chat, observation_ids
-from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.platform.agent_env import Task, ToolEnv
 from transferlab.platform.trajectory import StepRecord, Trajectory
 
 if TYPE_CHECKING:
@@ -62,8 +63,8 @@ class _Episode:
     """Book-keeping of one running episode."""
 
     index: int
-    env: CodeRepairEnv
-    task: RepoTask
+    env: ToolEnv
+    task: Task
     episode_id: str
     intro: str = ""
     prompt: list[int] = field(default_factory=list)
@@ -91,7 +92,7 @@ def _reset(ep: _Episode, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
     ep.context = list(ep.prompt)
 
 
-def _step(env: CodeRepairEnv, action: str) -> _StepResult:
+def _step(env: ToolEnv, action: str) -> _StepResult:
     obs, reward, term, trunc, info = env.step(action)
     return _StepResult(obs, reward, term, trunc, info, dict(env.last_timings))
 
@@ -132,7 +133,7 @@ def _record(
         episode_id=ep.episode_id,
         step=k,
         task_id=ep.task.task_id,
-        domain=getattr(ep.env, "domain", "coding"),
+        domain=ep.env.domain,
         action_text=sample.text,
         action_ids=list(sample.completion_ids),
         action_logprobs=list(sample.logprobs),
@@ -152,8 +153,8 @@ def _record(
 def policy_episodes(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    envs: Sequence[CodeRepairEnv],
-    tasks: Sequence[RepoTask],
+    envs: Sequence[ToolEnv],
+    tasks: Sequence[Task],
     sampling: SamplingConfig,
     max_context: int,
     episode_timeout_s: float | None = None,
@@ -169,7 +170,7 @@ def policy_episodes(
     if len(envs) != len(tasks):
         raise ValueError(f"got {len(envs)} envs for {len(tasks)} tasks; pass one env per task")
     if len({id(e) for e in envs}) != len(envs):
-        raise ValueError("the same env appears twice; each episode needs its own CodeRepairEnv")
+        raise ValueError("the same env appears twice; each episode needs its own env")
     if episode_timeout_s is not None and episode_timeout_s < 0:
         raise ValueError(f"episode_timeout_s must be >= 0 or None, got {episode_timeout_s}")
     if not envs:

@@ -6,8 +6,8 @@ write. :func:`train_sft` packs them with :func:`~transferlab.platform.trajectory
 trains on ``loss_mask`` — action tokens only, never the issue, the file contents or the test output.
 
 * :func:`code_demonstration` — single-step: the task's prompt, then the body and ``<|im_end|>``;
-* :func:`scripted_demonstration` — multi-turn: a plan of tool calls played through
-  `transferlab/CodeRepair-v0`, each observation tokenised with
+* :func:`scripted_demonstration` — multi-turn: a plan of tool calls played through a tool
+  environment (:class:`~transferlab.platform.agent_env.ToolEnv`), each observation tokenised with
   :func:`~transferlab.coding_rl.policies.tokenizer.observation_ids` as the rollouts do.
 """
 
@@ -23,9 +23,9 @@ from pydantic import Field
 
 from transferlab.coding_rl.policies.tokenizer import IM_END, encode_chat, observation_ids
 from transferlab.coding_rl.tasks.code_task import CodeTask
-from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.trainers.losses import sft_loss
 from transferlab.coding_rl.trainers.rollout_worker import code_prompt_ids
+from transferlab.platform.agent_env import Task, ToolEnv
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.metrics import MetricsLogger
 from transferlab.platform.trajectory import StepRecord, Trajectory, to_tensors
@@ -59,7 +59,7 @@ def code_demonstration(tokenizer: Any, task: CodeTask, body: str, index: int = 0
     return Trajectory([step]).validate()
 
 
-def scripted_demonstration(env: Any, task: RepoTask, plan: Sequence[str], tokenizer: Any) -> Trajectory:
+def scripted_demonstration(env: ToolEnv, task: Task, plan: Sequence[str], tokenizer: Any) -> Trajectory:
     """Play ``plan`` (tool-call texts) in ``env`` on ``task``; record it as the policy would have."""
     intro, _ = env.reset(seed=0, options={"task": task})
     steps: list[StepRecord] = []
@@ -70,7 +70,7 @@ def scripted_demonstration(env: Any, task: RepoTask, plan: Sequence[str], tokeni
                 episode_id=_demo_id(task.task_id, *plan),
                 step=k,
                 task_id=task.task_id,
-                domain="coding",
+                domain=env.domain,
                 action_text=action,
                 action_ids=_action_ids(tokenizer, action),
                 observation_text=obs,

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import torch
 from pydantic import Field
@@ -63,17 +63,27 @@ from transferlab.platform.io import atomic_write_bytes
 from transferlab.platform.metrics import MetricsLogger, drop_logged_after
 from transferlab.platform.trajectory import Trajectory, to_tensors
 
+if TYPE_CHECKING:
+    from transferlab.coding_rl.tasks.code_task import CodeTask
+    from transferlab.platform.agent_env import Task
+
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
 
 class RLConfig(BaseConfig):
-    """One RL run on coding tasks (saved as config.json in the run directory)."""
+    """One RL run: single-step code tasks or tool-environment episodes (saved as the run's config.json).
+
+    The single-step trainer's :class:`~transferlab.coding_rl.trainers.code_rl.GRPOConfig` derives
+    from it."""
 
     algo: Literal["grpo", "ppo"] = Field(default="grpo", description="GRPO (no critic) or PPO (value head).")
     mode: Mode = Field(
-        default="code", description="'code': one completion per task; 'agent': CodeRepair-v0 episodes."
+        default="code",
+        description="'code': one completion per task; 'agent': tool-environment episodes (CodeRepair-v0 "
+        "unless env_factory names another).",
     )
     steps: int = Field(default=50, ge=1, description="Training iterations (roll out, score, update).")
     tasks_per_step: int = Field(default=8, ge=1, description="Distinct tasks per iteration.")
@@ -118,8 +128,8 @@ class RLConfig(BaseConfig):
     max_steps: int = Field(default=6, ge=1, description="Agent: tool calls per episode.")
     env_factory: str | None = Field(
         default=None,
-        description="Agent: 'module:function' building one episode's env as f(tasks, rewards=, "
-        "max_steps=) (e.g. the OpsAnalysis-v0 adapter); None = CodeRepair-v0 on the sandbox.",
+        description="Agent: 'module:function' building one episode's tool env as f(tasks, rewards=, "
+        "max_steps=) (e.g. the OpsAnalysis-v0 factory); None = CodeRepair-v0 on the sandbox.",
     )
     grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
     lora: LoraOptions | None = Field(default=None, description="Train LoRA adapters instead of all weights.")
@@ -402,7 +412,7 @@ def rollout_metrics(trajs: list[Trajectory], lost: int) -> dict[str, float]:
     return metrics
 
 
-def draw_tasks(tasks: Sequence[Any], config: RLConfig, step: int) -> list[Any]:
+def draw_tasks(tasks: Sequence[T], config: RLConfig, step: int) -> list[T]:
     """The iteration's tasks, a function of (seed, step) only: a resumed run draws the same ones."""
     rng = random.Random(config.seed * 1_000_003 + step)
     return [tasks[rng.randrange(len(tasks))] for _ in range(config.tasks_per_step)]
@@ -480,7 +490,7 @@ def _prepare(model: Any, tokenizer: Any, config: RLConfig, run_dir: Path) -> tup
 def train_rl(
     model: Any,
     tokenizer: Any,
-    tasks: Sequence[Any],
+    tasks: Sequence[Task] | Sequence[CodeTask],
     config: RLConfig,
     run_dir: str | Path,
     logger: MetricsLogger | None = None,
@@ -490,7 +500,8 @@ def train_rl(
     step_offset: int = 0,
     stop_after: int | None = None,
 ) -> RLResult:
-    """Train ``model`` with GRPO or PPO on ``tasks`` (CodeTasks for mode 'code', RepoTasks for 'agent').
+    """Train ``model`` with GRPO or PPO on ``tasks`` (CodeTasks for mode 'code'; for 'agent', tasks of the
+    tool env: RepoTasks for CodeRepair-v0, or those of ``config.env_factory``'s env).
 
     ``run_dir`` receives ``policy-base/`` (what the workers load) and ``checkpoint.pt``. With
     ``resume=True`` and a checkpoint there, training continues after its step — same tasks, same

@@ -6,7 +6,9 @@ one a :class:`Chunk` — whole GRPO groups, so a lost chunk never leaves half a 
 with :class:`~transferlab.platform.trajectory.Trajectory` objects carrying the exact sampled ids and
 their log-probs; the learner packs them with
 :func:`~transferlab.platform.trajectory.to_tensors`. Single-step code tasks and multi-turn
-`transferlab/CodeRepair-v0` episodes come back in the same schema, so one loop trains both.
+tool-environment episodes (`transferlab/CodeRepair-v0`, or any
+:class:`~transferlab.platform.agent_env.ToolEnv` an env factory builds) come back in the same schema,
+so one loop trains both.
 
 Workers live in processes or Ray actors (:mod:`.workers`); :class:`RolloutWorker` itself is plain
 Python, built by :class:`WorkerSpec` (picklable) in whichever process hosts it.
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from transferlab.coding_rl.policies.adapters import LoraOptions, load_trainable_state
 from transferlab.coding_rl.policies.generation import SamplingConfig, generate
 from transferlab.coding_rl.tasks.code_task import CodeTask
-from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.platform.agent_env import Task, ToolEnv, ToolEnvFactory
 from transferlab.platform.trajectory import StepRecord, Trajectory
 
 if TYPE_CHECKING:
@@ -176,18 +178,18 @@ class RolloutWorker:
         return out
 
     def _agent(self, chunk: Chunk) -> list[Trajectory]:
-        from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+        from transferlab.coding_rl.env.code_repair import code_repair_env
         from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
 
-        tasks: list[RepoTask] = chunk.tasks
-        envs: list[Any]
+        tasks: list[Task] = chunk.tasks
+        envs: list[ToolEnv]
         if self.spec.env_factory is not None:
             factory = _import_factory(self.spec.env_factory)
             envs = [factory(tasks, rewards=self.spec.rewards, max_steps=self.spec.max_steps) for _ in tasks]
         else:
             sandbox = self.verifier.backend
             envs = [
-                CodeRepairEnv(
+                code_repair_env(
                     tasks, rewards=self.spec.rewards, max_steps=self.spec.max_steps, sandbox=sandbox
                 )
                 for _ in tasks
@@ -218,8 +220,8 @@ class RolloutWorker:
             self._verifier = None
 
 
-def _import_factory(path: str) -> Any:
-    """The callable named by ``'module:function'``."""
+def _import_factory(path: str) -> ToolEnvFactory:
+    """The env factory named by ``'module:function'``."""
     import importlib
 
     module, _, name = path.partition(":")
