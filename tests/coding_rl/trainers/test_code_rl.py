@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,8 @@ from transferlab.coding_rl.trainers.code_rl import (
     train_grpo,
     train_sft,
 )
+from transferlab.coding_rl.trainers.rl import RLConfig
+from transferlab.platform.config import ConfigError, load_config
 from transferlab.platform.metrics import MemoryLogger
 
 
@@ -93,3 +97,46 @@ def test_sft_then_grpo_change_the_policy(tokenizer, verifier: Verifier) -> None:
         assert key in history[0]
     assert len(logger.series("rollout/reward")) == 2
     assert code_prompt_ids(tokenizer, train[0])[-1] != tokenizer.pad_token_id
+
+
+def test_grpo_config_is_the_rl_config_plus_its_own_two_fields() -> None:
+    assert issubclass(GRPOConfig, RLConfig)
+    assert set(GRPOConfig.model_fields) - set(RLConfig.model_fields) == {"leave_one_out", "success_reward"}
+    shared, rl = GRPOConfig(), RLConfig()
+    assert {k: getattr(shared, k) for k in RLConfig.model_fields} == rl.model_dump()
+    with pytest.raises(ConfigError, match="group_size >= 2"):
+        GRPOConfig(group_size=1)
+    with pytest.raises(ConfigError, match="use train_rl with an RLConfig"):
+        GRPOConfig(algo="ppo")
+    with pytest.raises(ConfigError, match="use train_rl with an RLConfig"):
+        GRPOConfig(mode="agent")
+
+
+def test_a_grpo_config_saved_before_the_merge_still_loads(tmp_path: Path) -> None:
+    """The fields the single-step config had on its own, saved with its class path, load unchanged."""
+    saved = {
+        "_config_class": "transferlab.coding_rl.trainers.code_rl:GRPOConfig",
+        "steps": 3,
+        "tasks_per_step": 2,
+        "group_size": 4,
+        "epochs": 1,
+        "lr": 0.0005,
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "kl_coef": 0.05,
+        "kl_kind": "k3",
+        "scale_by_std": True,
+        "leave_one_out": True,
+        "zero_std": "drop",
+        "temperature": 1.0,
+        "max_new_tokens": 24,
+        "grad_clip": 1.0,
+        "success_reward": 11.0,
+        "seed": 7,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(saved))
+    loaded = load_config(path)
+    assert isinstance(loaded, GRPOConfig)
+    assert loaded == GRPOConfig(**{k: v for k, v in saved.items() if not k.startswith("_")})
+    assert loaded.leave_one_out and loaded.success_reward == 11.0 and loaded.seed == 7

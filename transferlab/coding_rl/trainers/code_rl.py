@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate, sequence_logprobs
 from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
@@ -32,8 +32,8 @@ from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration
 from transferlab.coding_rl.trainers.demos import train_sft as train_trajectories
 from transferlab.coding_rl.trainers.losses import group_advantages, group_weights, grpo_loss
+from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.coding_rl.trainers.rollout_worker import candidate_source, code_prompt_ids
-from transferlab.platform.config import BaseConfig
 from transferlab.platform.metrics import MetricsLogger
 
 
@@ -89,34 +89,34 @@ def train_sft(
 # -------------------------------------------------------------------------------------------------- GRPO
 
 
-class GRPOConfig(BaseConfig):
-    """Group-relative policy optimisation for single-step code RL."""
+class GRPOConfig(RLConfig):
+    """Single-step code GRPO in one process (:func:`train_grpo`): the RL settings, plus two of its own.
 
-    steps: int = Field(default=50, ge=1, description="Training iterations (sample, grade, update).")
-    tasks_per_step: int = Field(default=8, ge=1, description="Distinct tasks per iteration.")
-    group_size: int = Field(default=4, ge=2, description="Completions sampled per task (G).")
-    epochs: int = Field(default=1, ge=1, description="Optimizer passes over each batch of rollouts.")
-    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate.")
-    clip_low: float = Field(default=0.2, ge=0, description="Ratio clip below 1 (epsilon_low).")
-    clip_high: float = Field(default=0.28, ge=0, description="Ratio clip above 1 (epsilon_high; clip-high).")
-    kl_coef: float = Field(
-        default=0.0, ge=0, description="Weight of the KL to the frozen reference; 0 = none."
-    )
-    kl_kind: Literal["k1", "k2", "k3"] = Field(default="k3", description="KL estimator.")
-    scale_by_std: bool = Field(default=True, description="Divide group advantages by the group std.")
+    :func:`train_grpo` reads the shared optimisation and sampling fields (steps, tasks_per_step,
+    group_size, epochs, lr, the clips, the KL, the group advantages, temperature, max_new_tokens,
+    grad_clip, loss_agg, seed); the PPO, agent, rollout-worker and checkpoint fields are
+    :func:`~transferlab.coding_rl.trainers.rl.train_rl`'s.
+    """
+
     leave_one_out: bool = Field(default=False, description="Baseline = mean of the other G-1 rewards.")
-    zero_std: Literal["drop", "keep"] | float = Field(
-        default="drop", description="Groups whose rewards are all equal: drop, keep, or a weight."
-    )
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
-    max_new_tokens: int = Field(default=24, ge=1, description="Completion length limit.")
-    grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
     success_reward: float = Field(
         default=12.0,
         description="Reward at or above which a rollout counts as a success (12 = the code reward "
         "when every test passes within the efficiency budget: runs 1 + pass rate 10 + fast 1).",
     )
-    seed: int = Field(default=0, ge=0, description="Seeds task sampling and generation.")
+
+    @model_validator(mode="after")
+    def _single_step_grpo(self) -> GRPOConfig:
+        if self.algo != "grpo" or self.mode != "code":
+            raise ValueError(
+                f"train_grpo runs GRPO on single-step code tasks, got algo={self.algo!r} mode={self.mode!r}; "
+                "use train_rl with an RLConfig for PPO or agent episodes"
+            )
+        if self.group_size < 2:
+            raise ValueError(
+                f"GRPO compares completions within a group: set group_size >= 2, got {self.group_size}"
+            )
+        return self
 
 
 RewardFn = Callable[[Sequence[CodeTask], Sequence[Sample]], list[float]]
@@ -197,6 +197,7 @@ def train_grpo(
                 clip_high=config.clip_high,
                 kl_kind=config.kl_kind,
                 seq_weights=weights,
+                loss_agg=config.loss_agg,
             )
             optimizer.zero_grad()
             terms.loss.backward()
