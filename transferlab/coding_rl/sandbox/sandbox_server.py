@@ -1106,6 +1106,7 @@ class Zygote:
         self.pid, self.sock = pid, parent
         self.created: dict[int, tuple[int, int]] = {}  # tag -> (pid, pidfd), not collected yet
         self.statuses: dict[int, int] = {}  # wait statuses received, not asked for yet
+        self.unwanted: set[int] = set()  # children whose wait status nobody will ask for (forget)
 
     def request(self, setup: dict, fds: list) -> None:
         """Ask for a child with `setup` (tag, uid, chroot, workdir, pidns) and fds (out, result, job).
@@ -1128,7 +1129,10 @@ class Zygote:
         for fd in fds:
             os.close(fd)
         if kind == b"x" and len(numbers) == 2:
-            self.statuses[numbers[0]] = numbers[1]
+            if numbers[0] in self.unwanted:
+                self.unwanted.discard(numbers[0])
+            else:
+                self.statuses[numbers[0]] = numbers[1]
             return
         raise OSError("the zygote could not fork a job child" if kind == b"c" else "the zygote exited")
 
@@ -1143,6 +1147,16 @@ class Zygote:
         while pid not in self.statuses:
             self._receive()
         return self.statuses.pop(pid)
+
+    def forget(self, pid: int) -> None:
+        """Child `pid` has exited and its wait status is not needed: drop it whenever it comes."""
+        if self.statuses.pop(pid, None) is None:
+            self.unwanted.add(pid)
+
+    def drain(self) -> None:
+        """Block until the zygote has reaped every child `forget` was called for."""
+        while self.unwanted:
+            self._receive()
 
 
 class Server:
@@ -1277,9 +1291,25 @@ class Server:
                 child[key] = None
 
     def tidy(self) -> None:
-        """Wait for, and clean up after, finished jobs (runs after the reply, before the next job)."""
+        """Wait for, and clean up after, finished jobs (runs after the reply, before the next job).
+
+        A finished job's child is the init of its PID namespace: once its pidfd is readable, every
+        process of the job has exited and closed its files (abstract sockets included). The zygote
+        reaps it a moment later; its wait status is not needed (the reply went out).
+        """
         while self.pending:
-            self._finish(self.pending.pop())
+            child = self.pending.pop()
+            exited = select.poll()
+            exited.register(child["pidfd"], select.POLLIN)
+            exited.poll()
+            self._zygote().forget(child["pid"])
+            self._close(child)
+            remove_tree(child["dir"])
+
+    def sync(self) -> None:
+        """Clean up after every finished job and wait until the zygote has reaped them all."""
+        self.tidy()
+        self._zygote().drain()
 
 
 def limit_server_memory() -> None:
@@ -1302,7 +1332,7 @@ def _serve_stream(server: Server, in_fd: int, out_fd: int) -> bool:
         if job is None:
             return False
         if type(job) is dict and job.get("op") == "ping":
-            server.tidy()  # a pong means every earlier job is fully cleaned up
+            server.sync()  # a pong means every earlier job is fully cleaned up and reaped
             server.settle()  # and every warm child is the server's own
             write_all(out_fd, pack_frame({"pong": True, "pid": os.getpid()}))
             continue
