@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from transferlab.coding_rl.policies.tokenizer import IM_END, encode_chat, observation_ids
+from transferlab.coding_rl.policies.chat import action_ids
+from transferlab.coding_rl.policies.tokenizer import encode_chat, observation_ids
 from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.trainers.losses import sft_loss
 from transferlab.coding_rl.trainers.rollout_worker import code_prompt_ids
@@ -32,7 +33,8 @@ from transferlab.platform.trajectory import StepRecord, Trajectory, to_tensors
 
 
 def _action_ids(tokenizer: Any, text: str) -> list[int]:
-    return [*tokenizer.encode(text, add_special_tokens=False), tokenizer.convert_tokens_to_ids(IM_END)]
+    """The action's ids as the policy would sample them, ending with the template's end-of-turn token."""
+    return action_ids(tokenizer, text)
 
 
 def _demo_id(*parts: object) -> str:
@@ -102,6 +104,11 @@ class SFTConfig(BaseConfig):
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(default=1.0, gt=0, description="Gradient-norm clip.")
     seed: int = Field(default=0, ge=0, description="Seeds batch sampling.")
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass instead of storing them (less memory, "
+        "about a third more compute).",
+    )
 
 
 def train_sft(

@@ -41,6 +41,7 @@ from transferlab.coding_rl.policies.adapters import (
     forward_policy,
     trainable_state,
 )
+from transferlab.coding_rl.policies.devices import DEVICE_PATTERN
 from transferlab.coding_rl.policies.generation import SamplingConfig
 from transferlab.coding_rl.trainers.losses import (
     gae,
@@ -145,6 +146,27 @@ class RLConfig(BaseConfig):
     )
     checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints; 0 = only at end.")
     seed: int = Field(default=0, ge=0, description="Seeds task draws and sampling (with the step number).")
+    device: str = Field(
+        default="auto",
+        pattern=DEVICE_PATTERN,
+        description="Where the learner, the reference and the rollout workers run: 'auto' (CUDA when "
+        "torch sees a GPU, else the CPU), 'cpu', 'cuda', 'cuda:N' or 'mps'.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="Weights' precision: 'auto' (bfloat16 on a CUDA GPU that supports it, else float16 "
+        "there; float32 on the CPU), 'float32', 'bfloat16' or 'float16'. The value head stays float32.",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in the backward pass instead of storing them (less memory, "
+        "about a third more compute); generation keeps its KV cache.",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster address for the 'ray' rollout backend (e.g. 'ray://head:10001' or "
+        "'head:6379'); None = the RAY_ADDRESS environment variable, or a local Ray started for the run.",
+    )
 
 
 # --------------------------------------------------------------------------------------------- rollouts
