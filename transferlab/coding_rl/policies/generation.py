@@ -21,10 +21,10 @@ depend on the other rows: ``generate(m, t, prompts, cfg)[i]`` equals
 ``generate(m, t, [prompts[i]], cfg with seed=cfg.seed + i)[0]`` (up to float rounding of the padded
 batch, ~1e-6 in the log-probs). The same seed gives the same ids on CPU.
 
-**Stopping.** A row finishes when it samples a stop id (``stop_token_ids``, plus the tokenizer's eos
-and ``<|im_end|>`` when ``stop_at_eos``) or when its decoded completion contains one of
-``stop_strings``; it is cut (``finished=False``) at ``max_new_tokens`` or at the model's position
-limit.
+**Stopping.** A row finishes when it samples a stop id (``stop_token_ids``: the configured ids and,
+with ``stop_at_eos``, the tokenizer's eos, the chat template's end-of-turn token and the generation
+config's eos) or when its decoded completion contains one of ``stop_strings``; it is cut
+(``finished=False``) at ``max_new_tokens`` or at the model's position limit.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import Field
 
-from transferlab.coding_rl.policies.tokenizer import IM_END
 from transferlab.platform.config import BaseConfig
 
 if TYPE_CHECKING:
@@ -73,7 +72,9 @@ class SamplingConfig(BaseConfig):
         "to the token that completed it; the text is cut before it).",
     )
     stop_at_eos: bool = Field(
-        default=True, description="Also stop on the tokenizer's eos token and on <|im_end|> (if it has one)."
+        default=True,
+        description="Also stop on the tokenizer's eos, the chat template's end-of-turn token "
+        "(<|im_end|>, <|eot_id|>, ...) and the model generation config's eos.",
     )
     seed: int = Field(
         default=0, ge=0, description="Row i of a batch samples with a generator seeded seed + i."
@@ -100,15 +101,34 @@ class Sample:
     """``"stop_token"``, ``"stop_string"`` or ``"length"``."""
 
 
-def stop_token_ids(tokenizer: PreTrainedTokenizerBase, cfg: SamplingConfig) -> set[int]:
-    """The ids that end a completion under ``cfg``."""
+def stop_token_ids(
+    tokenizer: PreTrainedTokenizerBase, cfg: SamplingConfig, model: PreTrainedModel | None = None
+) -> set[int]:
+    """The ids that end a completion under ``cfg``.
+
+    ``cfg.stop_token_ids``, and with ``cfg.stop_at_eos``: the tokenizer's eos, the chat template's
+    end-of-turn token (``<|im_end|>``, ``<|eot_id|>``, ...; none when the tokenizer has no template)
+    and the eos id(s) of ``model``'s generation config. No particular token or id is assumed.
+    """
     stops = {int(i) for i in cfg.stop_token_ids}
-    if cfg.stop_at_eos:
-        if tokenizer.eos_token_id is not None:
-            stops.add(int(tokenizer.eos_token_id))
-        im_end = tokenizer.get_vocab().get(IM_END)
-        if im_end is not None:
-            stops.add(int(im_end))
+    if not cfg.stop_at_eos:
+        return stops
+    if tokenizer.eos_token_id is not None:
+        stops.add(int(tokenizer.eos_token_id))
+    if getattr(tokenizer, "chat_template", None):
+        from transferlab.coding_rl.policies.chat import ChatFormat, ChatTemplateError
+
+        try:
+            eot = ChatFormat.for_tokenizer(tokenizer).end_of_turn_ids
+        except ChatTemplateError:
+            eot = ()
+        if len(eot) == 1:
+            stops.add(int(eot[0]))
+    gen_config = getattr(model, "generation_config", None) if model is not None else None
+    eos = getattr(gen_config, "eos_token_id", None)
+    for i in eos if isinstance(eos, list | tuple) else [eos]:
+        if isinstance(i, int):
+            stops.add(i)
     return stops
 
 
@@ -217,7 +237,7 @@ def generate(
     vocab = int(cast("torch.nn.Embedding", model.get_input_embeddings()).num_embeddings)
     _check_prompts(prompt_ids, vocab)
     prompts = [[int(t) for t in p] for p in prompt_ids]
-    stops = stop_token_ids(tokenizer, cfg)
+    stops = stop_token_ids(tokenizer, cfg, model)
     max_pos = _max_positions(model)
     rows: list[_Row] = []
     for i, p in enumerate(prompts):

@@ -26,9 +26,11 @@ add any of them on its own; :func:`encode_chat` / the chat template do.
 Roles are ``system``, ``user``, ``assistant`` and ``tool``; a generation prompt ends with
 ``<|im_start|>assistant\\n``, and the policy ends its turn by sampling ``<|im_end|>`` (the stop token).
 For exact-id trajectories, build ids turn by turn with :func:`encode_chat` (the prompt) and
-:func:`observation_ids` (what follows a sampled ``<|im_end|>``) rather than re-tokenising a rendered
-conversation: each turn's content is encoded on its own, so the ids never depend on what came
-before (see :mod:`transferlab.platform.trajectory`).
+:func:`observation_ids` (what follows a sampled end-of-turn token) rather than re-tokenising a
+rendered conversation. Both work for **any** tokenizer with a chat template (ChatML, Llama 3, a
+plain-text one): they read the template through
+:class:`~transferlab.coding_rl.policies.chat.ChatFormat`; this module's template is just one of them.
+
 """
 
 from __future__ import annotations
@@ -136,29 +138,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, seed: int = 0)
 # ------------------------------------------------------------------------------------------ chat ids
 
 
-def _special_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
-    tid = tokenizer.convert_tokens_to_ids(token)
-    if not isinstance(tid, int) or tid == tokenizer.unk_token_id or tid is None:
-        raise ValueError(
-            f"the tokenizer has no {token!r} token; encode_chat/observation_ids need the chat tokens of "
-            "train_tokenizer (for another tokenizer use tokenizer.apply_chat_template)"
-        )
-    return tid
-
-
-def _content_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def _turn_ids(tokenizer: PreTrainedTokenizerBase, role: str, content: str) -> list[int]:
-    if role not in ROLES:
-        raise ValueError(f"unknown chat role {role!r}; use one of {list(ROLES)}")
-    return [
-        _special_id(tokenizer, IM_START),
-        *_content_ids(tokenizer, f"{role}\n{content}"),
-        _special_id(tokenizer, IM_END),
-        *_content_ids(tokenizer, "\n"),
-    ]
+def _check_roles(messages: Sequence[Mapping[str, str]]) -> None:
+    for message in messages:
+        if message["role"] not in ROLES:
+            raise ValueError(f"unknown chat role {message['role']!r}; use one of {list(ROLES)}")
 
 
 def encode_chat(
@@ -166,19 +149,18 @@ def encode_chat(
     messages: Sequence[Mapping[str, str]],
     add_generation_prompt: bool = True,
 ) -> list[int]:
-    """Ids of a conversation in the :data:`CHAT_TEMPLATE` format, built turn by turn.
+    """Ids of a conversation in ``tokenizer``'s own chat template (any template, not only ours).
 
-    Each message is ``{"role": ..., "content": ...}``; each turn (``"{role}\\n{content}"``) is encoded on
-    its own, so the ids of a turn never depend on the turns around it; the result equals
-    ``tokenizer.apply_chat_template(messages, add_generation_prompt=...)`` token for token. With
-    ``add_generation_prompt`` the ids end with ``<|im_start|>assistant\\n``.
+    Each message is ``{"role": ..., "content": ...}`` with a role in :data:`ROLES`; the result equals
+    ``tokenizer.apply_chat_template(messages, add_generation_prompt=..., tokenize=True)`` token for
+    token. With ``add_generation_prompt`` the ids end with the template's generation prompt
+    (``<|im_start|>assistant\\n`` for :data:`CHAT_TEMPLATE`). A tokenizer without a chat template
+    raises :class:`~transferlab.coding_rl.policies.chat.ChatTemplateError`.
     """
-    ids = [_special_id(tokenizer, BOS)]
-    for message in messages:
-        ids += _turn_ids(tokenizer, message["role"], message["content"])
-    if add_generation_prompt:
-        ids += [_special_id(tokenizer, IM_START), *_content_ids(tokenizer, "assistant\n")]
-    return ids
+    from transferlab.coding_rl.policies.chat import ChatFormat
+
+    _check_roles(messages)
+    return ChatFormat.for_tokenizer(tokenizer).prompt_ids(messages, add_generation_prompt)
 
 
 def observation_ids(
@@ -186,15 +168,14 @@ def observation_ids(
 ) -> list[int]:
     """Ids fed to the policy after its action: the observation turn and the next generation prompt.
 
-    With ``ended`` (the action's ids end with a sampled ``<|im_end|>``) this is
-    ``\\n<|im_start|>{role}\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``; without it (the action was
-    cut by the token limit) the assistant turn is closed first with ``<|im_end|>``.
+    Whatever ``tokenizer``'s chat template writes between an ended assistant turn and the next
+    generation prompt (:meth:`~transferlab.coding_rl.policies.chat.ChatFormat.observation_ids`); for
+    :data:`CHAT_TEMPLATE` and ``ended`` (the action's ids end with a sampled ``<|im_end|>``) this is
+    ``\\n<|im_start|>{role}\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``; without ``ended``
+    (the action was cut by the token limit) the assistant turn is closed first with ``<|im_end|>``.
+    A template without a ``tool`` role gets the observation as a ``user`` turn.
     """
-    head = [] if ended else [_special_id(tokenizer, IM_END)]
-    return [
-        *head,
-        *_content_ids(tokenizer, "\n"),
-        *_turn_ids(tokenizer, role, text),
-        _special_id(tokenizer, IM_START),
-        *_content_ids(tokenizer, "assistant\n"),
-    ]
+    from transferlab.coding_rl.policies.chat import ChatFormat
+
+    _check_roles([{"role": role, "content": text}])
+    return ChatFormat.for_tokenizer(tokenizer).observation_ids(text, role=role, ended=ended)
