@@ -9,6 +9,11 @@ GRPO steps x tasks x group size):
   pieces), then fine-tuned on `transferlab/OpsAnalysis-v0` with :func:`train_ops`;
 * **scratch (B)**: a freshly initialised policy trained on OpsAnalysis-v0 with :func:`train_ops`.
 
+Both arms start from the tiny from-scratch policy (``ops.policy``) on one BPE trained here on coding
+and ops texts (the CPU default), or, with ``model_path`` (``--model PATH``), from that local Hugging
+Face causal LM and its own tokenizer: arm A fine-tunes a copy of it on coding first, arm B is the
+model itself trained on ops ("scratch" then means: without the coding stage).
+
 Measured: held-out success curves (rubric >= 8) against ops GRPO episodes with 95% bootstrap
 intervals over seeds x episodes (:mod:`transferlab.platform.stats`); GRPO episodes each seed needs to
 reach ``threshold`` held-out success (:func:`~transferlab.platform.stats.first_crossing`; 0 when the
@@ -27,6 +32,7 @@ habits (:func:`coding_habits`) are reported too. The report (Markdown + HTML, wi
 to the run directory and optionally copied to ``--report-dir``.
 
     python -m transferlab.comparison.transfer --preset cpu --report-dir docs/results/transfer
+    python -m transferlab.comparison.transfer --preset cpu --model PATH   # a local HF model
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import argparse
 import functools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,14 @@ import torch
 from pydantic import Field
 from rich.console import Console
 
+from transferlab.coding_rl.experiments.common import (
+    ModelChoice,
+    StartModel,
+    fit_context,
+    model_record,
+    open_experiment,
+    opened_sandbox,
+)
 from transferlab.coding_rl.policies.model import save_policy
 from transferlab.coding_rl.tasks.toy import OPERATIONS
 from transferlab.coding_rl.trainers.demos import SFTConfig
@@ -93,7 +107,7 @@ class CodingPretrainConfig(BaseConfig):
     backend: str = Field(default="forkserver", description="Sandbox backend.")
 
 
-class TransferConfig(BaseConfig):
+class TransferConfig(ModelChoice):
     """The transfer experiment (the CPU preset is the default)."""
 
     seeds: list[int] = Field(default=[0, 1, 2], min_length=1, description="One A/B pair per seed.")
@@ -178,8 +192,18 @@ def habit_shares(trajs: Sequence[Trajectory]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------- arms
 
 
-def coding_arm(exp: Any, config: TransferConfig, tokenizer: Any, sandbox: Any, seed: int) -> dict[str, Any]:
-    """Arm A's coding stage: SFT on expert repairs, GRPO on CodeRepair-v0; held-out success, habits."""
+def coding_arm(
+    exp: Any,
+    config: TransferConfig,
+    tokenizer: Any,
+    sandbox: Any,
+    seed: int,
+    start: StartModel | None = None,
+) -> dict[str, Any]:
+    """Arm A's coding stage: SFT on expert repairs, GRPO on CodeRepair-v0; held-out success, habits.
+
+    It trains a copy of ``start`` when given, else a fresh tiny ``config.ops.policy`` seeded by ``seed``.
+    """
     from transferlab.coding_rl.env.code_repair import CodeRepairEnv
     from transferlab.coding_rl.policies.generation import SamplingConfig
     from transferlab.coding_rl.tasks.toy import toy_repo_plan, toy_repo_tasks
@@ -189,7 +213,10 @@ def coding_arm(exp: Any, config: TransferConfig, tokenizer: Any, sandbox: Any, s
 
     cc, arm = config.coding, f"coding-seed{seed}"
     train, held = toy_repo_tasks(cc.held_out_fraction, 0, tuple(cc.operations))
-    model = config.ops.policy.model_copy(update={"seed": seed}).create(tokenizer)
+    if start is not None:
+        model = start.fresh()
+    else:
+        model = config.ops.policy.model_copy(update={"seed": seed}).create(tokenizer)
     rl = cc.rl.model_copy(update={"seed": seed, "sandbox_backend": cc.backend})
     env = CodeRepairEnv(train, sandbox=sandbox, max_steps=rl.max_steps)
     demos = [scripted_demonstration(env, t, toy_repo_plan(t), tokenizer) for t in train[: cc.demo_tasks]]
@@ -231,20 +258,21 @@ def run_transfer(
     directory (start the second with ``resume`` once the first has saved ``tokenizer/``). The summary
     and report are written by whichever process finds every arm finished; the others return ``{}``.
     """
-    from transferlab.coding_rl.experiments.common import opened_sandbox
-    from transferlab.platform.harness import Experiment
-
-    exp, config = Experiment.open("transfer", config, runs_root, resume, console, only_seeds is not None)
+    exp, config, start = open_experiment(
+        "transfer", config, runs_root, resume, console, only_seeds is not None
+    )
+    config = _fit_contexts(config, start, lambda line: exp.console.print(line, highlight=False))
     torch.set_num_threads(1)
     results: dict[str, dict[str, Any]] = {}
     with exp.run, opened_sandbox(config.coding.backend) as sandbox, exp.progress:
-        tokenizer = _tokenizer(exp.run.dir / "tokenizer", config)
+        tokenizer = start.tokenizer if start is not None else _tokenizer(exp.run.dir / "tokenizer", config)
         mine = [s for s in config.seeds if only_seeds is None or s in only_seeds]
         bar = exp.progress.add_task("transfer", total=3 * len(mine))
         for seed in mine:
             exp.progress.update(bar, description=f"coding seed {seed}")
             coding = exp.arm(
-                f"coding-seed{seed}", functools.partial(coding_arm, exp, config, tokenizer, sandbox, seed)
+                f"coding-seed{seed}",
+                functools.partial(coding_arm, exp, config, tokenizer, sandbox, seed, start),
             )
             results[f"coding-seed{seed}"] = coding
             exp.progress.advance(bar)
@@ -255,8 +283,8 @@ def run_transfer(
             )
             exp.progress.advance(bar)
             exp.progress.update(bar, description=f"ops scratch seed {seed}")
-            init = exp.arm_dir(f"scratch-seed{seed}") / "init"
-            if not (init / "config.json").exists():
+            init = Path(start.path) if start is not None else exp.arm_dir(f"scratch-seed{seed}") / "init"
+            if start is None and not (init / "config.json").exists():
                 fresh_policy(config.ops.model_copy(update={"seed": seed}), tokenizer, init)
             results[f"scratch-seed{seed}"] = exp.arm(
                 f"scratch-seed{seed}",
@@ -281,11 +309,21 @@ def run_transfer(
         }
         summary = summarise(config, results, exp.elapsed_s(), flat)
         summary["run_dir"] = str(exp.run.dir)
+        summary["model"] = model_record(config.ops.policy, start)
         exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(transfer_report(config, results, summary, exp.run.dir), report_dir)
+        exp.write_report(transfer_report(config, results, summary, exp.run.dir, start), report_dir)
         if report_dir is not None:  # `transferlab compare` reads the committed summary
             atomic_write_json(Path(report_dir) / "summary.json", summary)
     return summary
+
+
+def _fit_contexts(
+    config: TransferConfig, start: StartModel | None, say: Callable[[str], None]
+) -> TransferConfig:
+    """Both stages' ``max_context`` clipped to the starting model's context limit (warning lines)."""
+    coding = config.coding.model_copy(update={"rl": fit_context(config.coding.rl, start, say)})
+    ops = config.ops.model_copy(update={"rl": fit_context(config.ops.rl, start, say)})
+    return config.model_copy(update={"coding": coding, "ops": ops})
 
 
 def _tokenizer(directory: Path, config: TransferConfig) -> Any:
@@ -426,7 +464,11 @@ def _success_curves(config: TransferConfig, results: dict[str, dict[str, Any]]) 
 
 
 def transfer_report(
-    config: TransferConfig, results: dict[str, dict[str, Any]], summary: dict[str, Any], run_dir: Path
+    config: TransferConfig,
+    results: dict[str, dict[str, Any]],
+    summary: dict[str, Any],
+    run_dir: Path,
+    start: StartModel | None = None,
 ) -> Report:
     """The Markdown + HTML report: curves, episodes to the threshold, habits, settings."""
     arms = summary["arms"]
@@ -493,17 +535,28 @@ def transfer_report(
         "habits_early",
         "Habits after ops SFT: query before concluding ('query') and check before reporting ('check').",
     )
-    _settings(report, config, summary, run_dir)
+    _settings(report, config, summary, run_dir, start)
     return report
 
 
-def _settings(report: Report, config: TransferConfig, summary: dict[str, Any], run_dir: Path) -> None:
+def _settings(
+    report: Report,
+    config: TransferConfig,
+    summary: dict[str, Any],
+    run_dir: Path,
+    start: StartModel | None = None,
+) -> None:
     ops, cc = config.ops, config.coding
+    policy = (
+        f"policy: {start.describe()} with its own tokenizer and chat template, the start of both arms"
+        if start is not None
+        else f"policy: {ops.policy.n_layer} layers, width {ops.policy.d_model}; one byte-level BPE "
+        f"({ops.vocab_size} tokens) trained on coding and ops texts, shared by both arms"
+    )
     report.heading("Settings")
     report.bullets(
         [
-            f"policy: {ops.policy.n_layer} layers, width {ops.policy.d_model}; one byte-level BPE "
-            f"({ops.vocab_size} tokens) trained on coding and ops texts, shared by both arms",
+            policy,
             f"coding stage (arm A only): toy repositories ({', '.join(cc.operations)}), "
             f"SFT on {cc.demo_tasks} "
             f"expert episodes x {cc.sft.steps} steps, GRPO {cc.rl.steps} steps x {cc.rl.tasks_per_step} "
@@ -517,8 +570,9 @@ def _settings(report: Report, config: TransferConfig, summary: dict[str, Any], r
             f"run directory: {run_dir}",
         ]
     )
+    model = f" --model {start.path}" if start is not None else ""
     report.code(
-        "python -m transferlab.comparison.transfer --preset cpu "
+        f"python -m transferlab.comparison.transfer --preset cpu{model} "
         "--report-dir docs/results/transfer\n"
         "# or one process per seed on one run directory (the committed run: 3 processes, 2 cores):\n"
         "python -m transferlab.comparison.transfer --preset cpu --only-seeds 0\n"
@@ -528,12 +582,18 @@ def _settings(report: Report, config: TransferConfig, summary: dict[str, Any], r
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m transferlab.comparison.transfer --preset cpu [--report-dir DIR]``."""
+    """``python -m transferlab.comparison.transfer --preset cpu [--model PATH] [--report-dir DIR]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     parser.add_argument("--runs-root", type=Path, default=Path("runs"))
     parser.add_argument("--report-dir", type=Path, default=None)
     parser.add_argument("--resume", type=Path, default=None, help="A run directory to continue.")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="A local Hugging Face causal LM directory both arms start from (its own tokenizer and chat "
+        "template); default: the tiny from-scratch policy. A resumed run keeps its saved model.",
+    )
     parser.add_argument(
         "--only-seeds",
         type=lambda text: [int(x) for x in text.split(",")],
@@ -541,16 +601,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Comma-separated seeds this process computes (run a second process with --resume).",
     )
     args = parser.parse_args(argv)
+    from transferlab.coding_rl.policies.model import PolicyNotFoundError
     from transferlab.platform.runstore import RunInUseError
 
     if args.resume is not None and not (args.resume / "meta.json").is_file():
         print(f"error: --resume {args.resume} is not a run directory (no meta.json)", file=sys.stderr)
         raise SystemExit(2)
+    config = PRESETS[args.preset]()
+    if args.model is not None:
+        config = config.model_copy(update={"model_path": args.model})
     try:
         summary = run_transfer(
-            PRESETS[args.preset](), args.runs_root, args.report_dir, args.resume, only_seeds=args.only_seeds
+            config, args.runs_root, args.report_dir, args.resume, only_seeds=args.only_seeds
         )
-    except RunInUseError as exc:
+    except (RunInUseError, PolicyNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if not summary:

@@ -1,8 +1,9 @@
 """Experiments 2 and 3 — multi-turn agent RL on CodeRepair-v0: dense vs sparse, KL and masking.
 
-Both start like the agent of the project's founding design note: a tiny policy fine-tuned on a few
-expert demonstrations of the toy repositories (read the source, fix the line, run the tests,
-submit), then RL in the environment.
+Both start like the agent of the project's founding design note: a tiny policy (or, with
+``model_path``, a copy of that local Hugging Face model) fine-tuned on a few expert demonstrations of
+the toy repositories (read the source, fix the line, run the tests, submit), then RL in the
+environment.
 
 * **Dense vs sparse** (:func:`run_dense_sparse`): the same SFT policy, budget and seeds, trained with
   the dense table (a reward at every step) and with the sparse one (+20 / -5 at the end only).
@@ -29,21 +30,31 @@ import torch
 from pydantic import Field
 from rich.console import Console
 
-from transferlab.coding_rl.experiments.common import evaluate_agent, mean, opened_sandbox, toy_tokenizer
+from transferlab.coding_rl.experiments.common import (
+    ModelChoice,
+    StartModel,
+    evaluate_agent,
+    fit_context,
+    mean,
+    model_record,
+    open_experiment,
+    opened_sandbox,
+    policy_line,
+    toy_tokenizer,
+)
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_plan, toy_repo_tasks, toy_tasks
 from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
-from transferlab.platform.config import BaseConfig
 from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci, first_crossing
 from transferlab.platform.trajectory import Trajectory, to_tensors
 
 
-class AgentExperimentConfig(BaseConfig):
+class AgentExperimentConfig(ModelChoice):
     """Settings shared by the agent experiments (the CPU preset is the default)."""
 
     seeds: list[int] = Field(default=[0, 1, 2], min_length=1, description="One SFT + RL pipeline per seed.")
@@ -88,12 +99,21 @@ class AgentExperimentConfig(BaseConfig):
 class Setup:
     """Tasks, tokenizer and sandbox of an agent experiment, and the per-seed SFT policy."""
 
-    def __init__(self, exp: Experiment, config: AgentExperimentConfig, sandbox: SandboxBackend) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        config: AgentExperimentConfig,
+        sandbox: SandboxBackend,
+        start: StartModel | None = None,
+    ) -> None:
         ops = tuple(config.operations)
-        self.exp, self.config, self.sandbox = exp, config, sandbox
+        self.exp, self.config, self.sandbox, self.start = exp, config, sandbox, start
         self.train, self.held = toy_repo_tasks(config.held_out_fraction, 0, ops)
-        code_train, code_held = toy_tasks(config.held_out_fraction, 0, ops)
-        self.tokenizer = toy_tokenizer(code_train + code_held, self.train + self.held)
+        if start is not None:
+            self.tokenizer = start.tokenizer
+        else:
+            code_train, code_held = toy_tasks(config.held_out_fraction, 0, ops)
+            self.tokenizer = toy_tokenizer(code_train + code_held, self.train + self.held)
 
     def sft_policy(self, seed: int) -> Any:
         """The seed's SFT policy (trained once, then loaded from ``arms/sft-seed<seed>/policy``)."""
@@ -101,9 +121,12 @@ class Setup:
 
         directory = self.exp.arm_dir(f"sft-seed{seed}") / "policy"
         if (directory / "config.json").exists():
-            return load_policy(directory)[0]
+            return load_policy(directory, device="cpu", dtype="float32")[0]
         cfg = self.config
-        model = cfg.policy.model_copy(update={"seed": seed}).create(self.tokenizer)
+        if self.start is not None:
+            model = self.start.fresh()
+        else:
+            model = cfg.policy.model_copy(update={"seed": seed}).create(self.tokenizer)
         env = CodeRepairEnv(self.train, sandbox=self.sandbox, max_steps=cfg.rl.max_steps)
         demos = [
             scripted_demonstration(env, t, toy_repo_plan(t), self.tokenizer)
@@ -218,7 +241,9 @@ def _cumulative(episodes: list[float]) -> list[float]:
 
 
 Summarise = Callable[[AgentExperimentConfig, dict[str, dict[str, Any]], float], dict[str, Any]]
-BuildReport = Callable[[AgentExperimentConfig, dict[str, dict[str, Any]], dict[str, Any], Experiment], Report]
+BuildReport = Callable[
+    [AgentExperimentConfig, dict[str, dict[str, Any]], dict[str, Any], Experiment, StartModel | None], Report
+]
 
 
 def run_agent_experiment(
@@ -233,11 +258,14 @@ def run_agent_experiment(
     console: Console | None,
 ) -> dict[str, Any]:
     """Per seed: the SFT policy (arm ``sft-seed<s>``), then one RL arm per variant (RLConfig updates)."""
-    exp, config = Experiment.open(name, config, runs_root, resume, console)
+    exp, config, start = open_experiment(name, config, runs_root, resume, console)
+    config = config.model_copy(
+        update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
+    )
     torch.set_num_threads(1)
     results: dict[str, dict[str, Any]] = {}
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
-        setup = Setup(exp, config, sandbox)
+        setup = Setup(exp, config, sandbox, start)
         bar = exp.progress.add_task(name, total=len(config.seeds) * (1 + len(variants)))
         for seed in config.seeds:
             exp.progress.update(bar, description=f"SFT seed {seed}")
@@ -253,8 +281,9 @@ def run_agent_experiment(
                 exp.progress.advance(bar)
         summary = summarise(config, results, exp.elapsed_s())
         summary["run_dir"] = str(exp.run.dir)
+        summary["model"] = model_record(config.policy, start)
         exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(build_report(config, results, summary, exp), report_dir)
+        exp.write_report(build_report(config, results, summary, exp, start), report_dir)
     return summary
 
 
@@ -333,6 +362,7 @@ def dense_sparse_report(
     results: dict[str, dict[str, Any]],
     summary: dict[str, Any],
     exp: Experiment,
+    start: StartModel | None = None,
 ) -> Report:
     arms = summary["arms"]
     report = Report("Dense vs sparse rewards for multi-turn agent RL (CodeRepair-v0)")
@@ -388,7 +418,7 @@ def dense_sparse_report(
         "held_out",
         "Held-out success (episodes whose submit passed the verifier), 95% bootstrap intervals.",
     )
-    _settings(report, config, summary, exp, "dense-sparse", "coding_dense_sparse")
+    _settings(report, config, summary, exp, start, "dense-sparse", "coding_dense_sparse")
     return report
 
 
@@ -397,6 +427,7 @@ def _settings(
     config: AgentExperimentConfig,
     summary: dict[str, Any],
     exp: Experiment,
+    start: StartModel | None,
     cmd: str,
     out: str,
 ) -> None:
@@ -407,8 +438,7 @@ def _settings(
             f"tasks: toy repositories ({', '.join(config.operations)}; constants 0-9), "
             f"{config.held_out_fraction:.0%} held out; expert demonstrations for {config.demo_tasks} "
             "training tasks",
-            f"policy: {config.policy.n_layer} layers, width {config.policy.d_model}, from scratch; "
-            f"SFT {config.sft.steps} steps x {config.sft.batch_size}",
+            f"{policy_line(config.policy, start)}; SFT {config.sft.steps} steps x {config.sft.batch_size}",
             f"RL: {rl.algo.upper()}, {rl.steps} steps x {rl.tasks_per_step} tasks x G={rl.group_size}, "
             f"lr {rl.lr}, up to {rl.max_steps} tool calls per episode, {rl.max_new_tokens} tokens per call; "
             f"rollouts on {rl.rollout_backend} workers x {rl.rollout_workers}",
@@ -417,7 +447,8 @@ def _settings(
             f"run directory: {exp.run.dir}",
         ]
     )
-    report.code(f"transferlab coding experiment {cmd} --preset cpu --report-dir docs/results/{out}")
+    model = f" --model {start.path}" if start is not None else ""
+    report.code(f"transferlab coding experiment {cmd} --preset cpu{model} --report-dir docs/results/{out}")
 
 
 # --------------------------------------------------------------------------------------- ablations
@@ -481,6 +512,7 @@ def ablations_report(
     results: dict[str, dict[str, Any]],
     summary: dict[str, Any],
     exp: Experiment,
+    start: StartModel | None = None,
 ) -> Report:
     arms = summary["arms"]
     report = Report("KL and masking ablations for multi-turn agent RL (CodeRepair-v0)")
@@ -533,5 +565,5 @@ def ablations_report(
             "curves",
             "Training success per RL step, mean over seeds.",
         )
-    _settings(report, config, summary, exp, "ablations", "coding_ablations")
+    _settings(report, config, summary, exp, start, "ablations", "coding_ablations")
     return report

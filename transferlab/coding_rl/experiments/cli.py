@@ -3,14 +3,18 @@
 Commands::
 
     transferlab coding experiment learn        [--preset cpu|smoke] [--config FILE] [--seeds 0,1,2]
+                                               [--model PATH]
     transferlab coding experiment dense-sparse [same options]
     transferlab coding experiment ablations    [same options]
 
 Common options: ``--runs-root runs`` (where the run directory goes), ``--report-dir DIR`` (also copy
 the Markdown + HTML report there, e.g. ``docs/results/coding_learn``), ``--resume RUN_DIR`` (finish
 an interrupted run: finished arms are kept, the interrupted one resumes from its checkpoint),
-``--rollout-backend local|ray|inline``. ``--config`` reads a JSON/YAML file of the experiment's config
-(``runs/<exp>/<id>/config.json`` of an earlier run works). Exit codes: 0 done, 2 bad input.
+``--rollout-backend local|ray|inline``, ``--model PATH`` (start every arm from this local Hugging Face
+causal LM and its tokenizer instead of the tiny from-scratch policy, the default; a resumed run keeps
+its saved model). ``--config`` reads a JSON/YAML file of the experiment's config
+(``runs/<exp>/<id>/config.json`` of an earlier run works). Exit codes: 0 done, 2 bad input (a path
+that holds no model included).
 
 Only typer is imported at module level; the experiments import torch inside the commands.
 """
@@ -64,6 +68,15 @@ ReportDirOption = Annotated[
 ResumeOption = Annotated[
     Path | None, typer.Option("--resume", help="Finish this interrupted run directory.", show_default=False)
 ]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A local Hugging Face causal LM directory to start every arm from (its own tokenizer and "
+        "chat template); default: the tiny from-scratch policy.",
+        show_default=False,
+    ),
+]
 BackendOption = Annotated[
     RolloutBackend | None,
     typer.Option("--rollout-backend", help="Rollout workers: local processes, ray actors, or inline."),
@@ -71,7 +84,9 @@ BackendOption = Annotated[
 
 
 def _run_owned(run: Callable[[], dict[str, Any]], resume: Path | None) -> dict[str, Any]:
-    """``run()`` the experiment; a bad ``--resume`` or a run another process owns is one ``error:``."""
+    """``run()`` the experiment; a bad ``--resume``, a run another process owns or a model that cannot be
+    loaded is one ``error:`` line."""
+    from transferlab.coding_rl.policies.model import PolicyNotFoundError
     from transferlab.platform.config import ConfigError
     from transferlab.platform.runstore import RunInUseError
 
@@ -79,7 +94,7 @@ def _run_owned(run: Callable[[], dict[str, Any]], resume: Path | None) -> dict[s
         fail(f"--resume {resume} is not a run directory (no meta.json): pass the run's directory")
     try:
         return run()
-    except (RunInUseError, ConfigError) as exc:  # ConfigError: the run was saved by another experiment
+    except (RunInUseError, ConfigError, PolicyNotFoundError) as exc:  # ConfigError: another experiment's run
         fail(str(exc))
 
 
@@ -135,6 +150,7 @@ def learn(
     report_dir: ReportDirOption = None,
     resume: ResumeOption = None,
     rollout_backend: BackendOption = None,
+    model: ModelOption = None,
 ) -> None:
     """Does it learn? Untrained vs SFT vs SFT + GRPO / PPO on held-out tasks, with 95% intervals."""
     from transferlab.coding_rl.experiments.learn import LearnConfig, run_learn
@@ -148,6 +164,7 @@ def learn(
         config,
         seeds=_seeds(seeds),
         rollout_backend=rollout_backend.value if rollout_backend else None,
+        model_path=model,
     )
     summary = _run_owned(lambda: run_learn(cfg, runs_root, report_dir, resume), resume)
     for algo in cfg.algos:
@@ -163,6 +180,7 @@ def _agent(
     report_dir: Path | None,
     resume: Path | None,
     rollout_backend: RolloutBackend | None,
+    model: str | None,
 ) -> dict[str, Any]:
     from transferlab.coding_rl.experiments.agent import AgentExperimentConfig, run_ablations, run_dense_sparse
     from transferlab.coding_rl.experiments.presets import AGENT_PRESETS
@@ -175,6 +193,7 @@ def _agent(
         config,
         seeds=_seeds(seeds),
         rollout_backend=rollout_backend.value if rollout_backend else None,
+        model_path=model,
     )
     run = run_dense_sparse if which == "dense-sparse" else run_ablations
     return _run_owned(lambda: run(cfg, runs_root, report_dir, resume), resume)
@@ -189,9 +208,12 @@ def dense_sparse(
     report_dir: ReportDirOption = None,
     resume: ResumeOption = None,
     rollout_backend: BackendOption = None,
+    model: ModelOption = None,
 ) -> None:
     """Dense vs sparse rewards: success against episodes, and episodes to a fixed success rate."""
-    summary = _agent("dense-sparse", preset, config, seeds, runs_root, report_dir, resume, rollout_backend)
+    summary = _agent(
+        "dense-sparse", preset, config, seeds, runs_root, report_dir, resume, rollout_backend, model
+    )
     ratio = summary["ratio"]
     typer.echo(
         "episodes to threshold, sparse / dense: " + (f"{ratio:.2f}x" if ratio is not None else "not reached")
@@ -207,8 +229,11 @@ def ablations(
     report_dir: ReportDirOption = None,
     resume: ResumeOption = None,
     rollout_backend: BackendOption = None,
+    model: ModelOption = None,
 ) -> None:
     """KL coefficient 0 vs > 0, and observation tokens wrongly left in the loss."""
-    summary = _agent("ablations", preset, config, seeds, runs_root, report_dir, resume, rollout_backend)
+    summary = _agent(
+        "ablations", preset, config, seeds, runs_root, report_dir, resume, rollout_backend, model
+    )
     for arm, row in summary["arms"].items():
         typer.echo(f"{arm}: held-out success {row['held_out']['estimate']:.2f}")

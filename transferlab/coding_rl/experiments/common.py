@@ -1,4 +1,9 @@
-"""What the coding experiments share: the tiny policy and its tokenizer, sandboxes, evaluation.
+"""What the coding experiments share: the starting policy and its tokenizer, sandboxes, evaluation.
+
+Every arm starts either from the tiny from-scratch policy (``policy`` in the experiment's config, on
+a tokenizer trained here: :func:`toy_tokenizer`; the CPU default) or, when the config's
+``model_path`` names a local Hugging Face causal LM directory, from a copy of that model with its own
+tokenizer and chat template (:class:`StartModel`, loaded once per run by :func:`open_experiment`).
 
 Evaluation is on held-out tasks and counts the verifier's verdict only (every developer *and* hidden
 test passes). Single-step tasks are scored two ways: *sampled* success (the share of ``samples``
@@ -10,17 +15,27 @@ episodes with the policy and count the ones whose ``submit`` passed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import copy
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
+from pydantic import Field
+from rich.console import Console
+
+from transferlab.coding_rl.policies.devices import context_limit
 from transferlab.coding_rl.policies.generation import SamplingConfig, generate
+from transferlab.coding_rl.policies.model import TinyPolicyConfig, count_parameters, load_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.coding_rl.trainers.rollout_worker import candidate_source, code_prompt_ids
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.harness import Experiment
 
 
 @contextlib.contextmanager
@@ -44,6 +59,118 @@ def toy_tokenizer(
     texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_tasks] * 10
     texts += list(corpus_texts(repo_tasks)) * 3
     return train_tokenizer(texts, vocab_size=vocab_size, seed=0)
+
+
+class ModelChoice(BaseConfig):
+    """The ``model_path`` field every experiment config shares (a base class of those configs)."""
+
+    model_path: str | None = Field(
+        default=None,
+        description="A local Hugging Face causal LM directory to start every arm from, with its own "
+        "tokenizer and chat template; None = the tiny from-scratch policy built from `policy` with the "
+        "locally trained tokenizer.",
+    )
+
+
+@dataclass(frozen=True)
+class StartModel:
+    """A local Hugging Face causal LM that every arm starts from (a deep copy each), and its tokenizer."""
+
+    path: str
+    model: Any
+    tokenizer: Any
+
+    @property
+    def parameters(self) -> int:
+        return count_parameters(self.model)
+
+    @property
+    def context_limit(self) -> int | None:
+        """The longest sequence the model takes (from its config), or None when it names none."""
+        return context_limit(self.model)
+
+    def fresh(self) -> Any:
+        """A copy of the starting model for one arm (the original is never trained)."""
+        return copy.deepcopy(self.model)
+
+    def describe(self) -> str:
+        """``PATH (N.NM parameters)``, for reports."""
+        return f"{self.path} ({self.parameters / 1e6:.2f}M parameters)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "parameters": self.parameters, "context_limit": self.context_limit}
+
+
+def load_start_model(path: str | None) -> StartModel | None:
+    """The model at ``path`` with its tokenizer, on the CPU in float32; None for no path.
+
+    The trainers move it to their configured device and precision. Raises
+    :class:`~transferlab.coding_rl.policies.model.PolicyNotFoundError` (naming the fix) when ``path``
+    holds no loadable model.
+    """
+    if path is None:
+        return None
+    model, tokenizer = load_policy(path, device="cpu", dtype="float32")
+    return StartModel(str(Path(path).expanduser()), model, tokenizer)
+
+
+C = TypeVar("C", bound=ModelChoice)
+
+
+def open_experiment(
+    name: str,
+    config: C,
+    runs_root: Path,
+    resume: Path | None,
+    console: Console | None = None,
+    shared: bool = False,
+) -> tuple[Experiment, C, StartModel | None]:
+    """:meth:`Experiment.open` plus the run's starting model (None = the tiny policy).
+
+    A new run loads the model before its directory is created, so a bad ``model_path`` leaves no
+    run behind; a resumed run loads the model its saved config names.
+    """
+    start = load_start_model(config.model_path) if resume is None else None
+    exp, config = Experiment.open(name, config, runs_root, resume, console, shared)
+    if resume is not None:
+        try:
+            start = load_start_model(config.model_path)
+        except BaseException:
+            exp.run.release()
+            raise
+    return exp, config, start
+
+
+def fit_context(rl: RLConfig, start: StartModel | None, say: Callable[[str], None]) -> RLConfig:
+    """``rl`` with ``max_context`` clipped to the starting model's context limit (with a warning line).
+
+    Only agent mode has episodes whose context grows; single-step settings are returned as they are.
+    """
+    limit = start.context_limit if start is not None else None
+    if start is None or limit is None or rl.max_context <= limit or rl.mode != "agent":
+        return rl
+    say(
+        f"warning: max_context {rl.max_context} is longer than {start.path}'s {limit} positions; "
+        f"clipped to {limit}"
+    )
+    return rl.model_copy(update={"max_context": limit})
+
+
+def policy_line(policy: TinyPolicyConfig, start: StartModel | None) -> str:
+    """The report's ``policy:`` settings line: the starting model, or the tiny policy's size."""
+    if start is not None:
+        return f"policy: {start.describe()}, with its own tokenizer and chat template"
+    return (
+        f"policy: {policy.n_layer} layers, width {policy.d_model}, trained from scratch; tokenizer "
+        "trained here"
+    )
+
+
+def model_record(policy: TinyPolicyConfig, start: StartModel | None) -> dict[str, Any]:
+    """What the summary records about the starting policy."""
+    if start is not None:
+        return start.to_dict()
+    return {"path": None, "tiny": policy.model_dump()}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Experiment 1 — does it learn? Untrained vs SFT vs SFT + GRPO vs SFT + PPO on held-out tasks.
 
 The project's readiness checklist asks to tell "the pipeline runs" apart from "the model really got
-better". Per seed, a tiny policy is built from scratch; it is fine-tuned on demonstrations from an
+better". Per seed, a tiny policy is built from scratch (or, with ``model_path``, a copy of that local
+Hugging Face model is taken); it is fine-tuned on demonstrations from an
 *imperfect* demonstrator (a share of its bodies carry a plausible bug — wrong operator, constant off
 by one — as real history does); then copies of the SFT policy are trained with GRPO and with PPO
 against the sandbox verifier on the training tasks. Every stage is scored on held-out tasks the
@@ -24,9 +25,15 @@ from rich.console import Console
 
 from transferlab.coding_rl.experiments.common import (
     CodeScores,
+    ModelChoice,
+    StartModel,
     evaluate_code,
+    fit_context,
     mean,
+    model_record,
+    open_experiment,
     opened_sandbox,
+    policy_line,
     toy_tokenizer,
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
@@ -34,7 +41,6 @@ from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.toy import OPERATIONS, noisy_demonstrations, toy_repo_tasks, toy_tasks
 from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
-from transferlab.platform.config import BaseConfig
 from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci
@@ -42,7 +48,7 @@ from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci
 EXPERIMENT = "coding-learn"
 
 
-class LearnConfig(BaseConfig):
+class LearnConfig(ModelChoice):
     """Settings of the does-it-learn experiment (the CPU preset is the default)."""
 
     seeds: list[int] = Field(default=[0, 1, 2], min_length=1, description="One full pipeline per seed.")
@@ -85,7 +91,10 @@ def _evaluate_arm(
     return _scores_dict(evaluate_code(model, tokenizer, held, verifier, samples=samples))
 
 
-def _build_policy(config: LearnConfig, tokenizer: Any, seed: int) -> Any:
+def _build_policy(config: LearnConfig, start: StartModel | None, tokenizer: Any, seed: int) -> Any:
+    """The seed's starting policy: a copy of the starting model, or a fresh tiny one seeded by it."""
+    if start is not None:
+        return start.fresh()
     return config.policy.model_copy(update={"seed": seed}).create(tokenizer)
 
 
@@ -99,18 +108,24 @@ def run_learn(
     """Run every arm (resuming a previous run if given) and write the report; returns the summary."""
     import torch
 
-    exp, config = Experiment.open(EXPERIMENT, config, runs_root, resume, console)
+    exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console)
+    config = config.model_copy(
+        update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
+    )
     ops = tuple(config.operations)
     train, held = toy_tasks(config.held_out_fraction, 0, ops)
-    repo_train, repo_held = toy_repo_tasks(config.held_out_fraction, 0, ops)
-    tokenizer = toy_tokenizer(train + held, repo_train + repo_held)
+    if start is not None:
+        tokenizer = start.tokenizer
+    else:
+        repo_train, repo_held = toy_repo_tasks(config.held_out_fraction, 0, ops)
+        tokenizer = toy_tokenizer(train + held, repo_train + repo_held)
     torch.set_num_threads(1)
     results: dict[str, dict[str, Any]] = {}
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
         verifier = Verifier(sandbox)
         bar = exp.progress.add_task("does it learn", total=len(config.seeds) * (2 + len(config.algos)))
         for seed in config.seeds:
-            model = _build_policy(config, tokenizer, seed)
+            model = _build_policy(config, start, tokenizer, seed)
 
             def untrained(model: Any = model) -> dict[str, Any]:
                 return _scores_dict(
@@ -123,7 +138,7 @@ def run_learn(
             if (sft_dir / "policy" / "config.json").exists():
                 from transferlab.coding_rl.policies.model import load_policy
 
-                model, _ = load_policy(sft_dir / "policy")
+                model, _ = load_policy(sft_dir / "policy", device="cpu", dtype="float32")
             else:
                 demos = [
                     code_demonstration(tokenizer, t, body, i)
@@ -153,9 +168,15 @@ def run_learn(
                 )
                 exp.progress.advance(bar)
         summary = summarise(config, results, exp.elapsed_s())
-        summary.update({"held_out_tasks": len(held), "run_dir": str(exp.run.dir)})
+        summary.update(
+            {
+                "held_out_tasks": len(held),
+                "run_dir": str(exp.run.dir),
+                "model": model_record(config.policy, start),
+            }
+        )
         exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(build_report(config, results, summary, exp), report_dir)
+        exp.write_report(build_report(config, results, summary, exp, start), report_dir)
     return summary
 
 
@@ -254,7 +275,11 @@ def _to_interval(d: dict[str, float]) -> Interval:
 
 
 def build_report(
-    config: LearnConfig, results: dict[str, dict[str, Any]], summary: dict[str, Any], exp: Experiment
+    config: LearnConfig,
+    results: dict[str, dict[str, Any]],
+    summary: dict[str, Any],
+    exp: Experiment,
+    start: StartModel | None = None,
 ) -> Report:
     """Markdown + HTML: the verdict, the table, bars with intervals, and the held-out curves."""
     n_held = len(results[f"sft-seed{config.seeds[0]}"]["task_ids"])
@@ -311,8 +336,7 @@ def build_report(
     report.heading("Settings")
     report.bullets(
         [
-            f"policy: {config.policy.n_layer} layers, width {config.policy.d_model}, trained from scratch; "
-            "tokenizer trained here",
+            policy_line(config.policy, start),
             f"SFT: {config.sft.steps} steps x {config.sft.batch_size}, lr {config.sft.lr}; "
             f"{config.demos_per_task} demonstrations per training task, "
             f"{config.demo_error_rate:.0%} with a bug",
@@ -323,5 +347,8 @@ def build_report(
             f"run directory: {exp.run.dir}",
         ]
     )
-    report.code("transferlab coding experiment learn --preset cpu --report-dir docs/results/coding_learn")
+    model = f" --model {start.path}" if start is not None else ""
+    report.code(
+        f"transferlab coding experiment learn --preset cpu{model} --report-dir docs/results/coding_learn"
+    )
     return report
