@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from transferlab.coding_rl.experiments.cli import app as experiment_app
+from transferlab.coding_rl.train_cli import register as register_train_commands
 from transferlab.platform.cli_kit import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_UNAVAILABLE, fail
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ tasks_app = typer.Typer(
 )
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(experiment_app, name="experiment")
+register_train_commands(app)  # train sft|grpo|ppo, eval, model init
 
 WorkersOption = Annotated[
     int, typer.Option("--workers", "-w", min=1, max=64, help="Sandboxes that run jobs in parallel.")
