@@ -19,8 +19,12 @@ Backends (:func:`make_pool`):
   worker. Each worker leads its own process group, so a kill also takes the subprocesses it started
   (sandboxes), and it exits by itself if this process dies. As with any spawn, a script that opens a
   pool at import time needs the ``if __name__ == "__main__":`` guard (else the workers fail to start).
-- ``"ray"``: one Ray actor per worker (``num_cpus=threads_per_worker``); Ray is started here if it is
-  not running already, and shut down on close only if it was started here.
+- ``"ray"``: one Ray actor per worker (``num_cpus=threads_per_worker``, and ``num_gpus`` when > 0). The
+  pool joins the Ray cluster at ``ray_address``, else at ``$RAY_ADDRESS``, else starts a local Ray
+  (unless this process is connected to Ray already). Whatever this module connected or started, it
+  disconnects when its last pool closes: a local Ray stops, a cluster keeps running. Each actor builds
+  its own worker, and so its own sandbox, on whichever node Ray places it. No code is shipped: every
+  node needs this project installed (docs/guide/ray_cluster.md).
 
 Before building the worker, the host sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/``OPENBLAS_NUM_THREADS``
 to ``threads_per_worker``, which torch honours when the factory imports it; it also calls
@@ -44,6 +48,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -284,6 +289,12 @@ class _RayHost(_Host):
     def ready(self) -> tuple[bool, Any]:
         return self.startup_error is None, self.startup_error
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (hex)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
 
 # ------------------------------------------------------------------------------------- pools
 
@@ -402,7 +413,7 @@ class _RemotePool(_PoolBase):
                 self._start(slot)
             self._settle()
             if self._lost:
-                raise WorkerError("workers failed to start:\n" + "\n".join(self._lost))
+                raise WorkerError("workers failed to start:\n" + "\n".join(self._lost) + self._startup_help())
             self._started = True
         except BaseException:
             self.close()
@@ -538,6 +549,10 @@ class _RemotePool(_PoolBase):
     def _open(self) -> None:
         """Set up what the workers need (Ray, a multiprocessing context) before the first spawn."""
 
+    def _startup_help(self) -> str:
+        """What to add to a startup failure's message (how to fix the usual causes)."""
+        return ""
+
     def _spawn(self, slot: _Slot) -> None:
         """Start the worker for ``slot``; its startup answer arrives through :meth:`_wait`."""
         raise NotImplementedError
@@ -648,22 +663,116 @@ class LocalPool(_RemotePool):
             slot.handle = None
 
 
-_ray_started_here = False  # whether a pool of this process started Ray (and so shuts it down)
+_ray_init_here = False  # whether a pool of this process called ray.init (and so calls ray.shutdown)
 _ray_pools = 0  # open Ray pools of this process
+_CONNECT_CHECK_S = 5.0  # how long the reachability check of a cluster's address waits
+
+
+def resolve_ray_address(ray_address: str | None = None) -> str | None:
+    """The Ray cluster to join: ``ray_address``, else ``$RAY_ADDRESS``, else None (start a local Ray).
+
+    Both sources take ``HOST:PORT`` (the head's address, as ``ray start --head`` prints it) or ``auto``
+    (the cluster started on this machine); an empty value, or ``local``, means a local Ray.
+
+    >>> resolve_ray_address("10.0.0.5:6379")
+    '10.0.0.5:6379'
+    >>> resolve_ray_address("local") is None
+    True
+    """
+    address = ray_address if ray_address is not None else os.environ.get("RAY_ADDRESS")
+    address = (address or "").strip()
+    return None if address in ("", "local") else address
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an optional ``ray://`` before it, an IPv6 host in brackets) as (host, port)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"the Ray address {address!r} is not HOST:PORT: give the head's address as `ray start --head` "
+            "prints it (e.g. 10.0.0.5:6379), or 'auto' for the cluster started on this machine"
+        )
+    return host, int(port)
+
+
+def _no_cluster(address: str, why: str) -> ConnectionError:
+    port = address.rpartition(":")[2] if address != "auto" else "6379"
+    return ConnectionError(
+        f"no Ray cluster to join at {address} ({why}): start the head there with `ray start --head "
+        f"--port={port}` and join the other nodes with `ray start --address=HEAD:{port}`, or fix "
+        "--ray-address/RAY_ADDRESS (unset both to start a local Ray instead); if the cluster uses token "
+        "authentication, set RAY_AUTH_MODE=token here with the cluster's token"
+    )
+
+
+def _connect(ray: Any, address: str) -> None:
+    """``ray.init`` on the cluster at ``address``; a clear ConnectionError where there is none."""
+    if address != "auto":
+        host, port = _split_address(address)
+        try:
+            socket.create_connection((host, port), timeout=_CONNECT_CHECK_S).close()
+        except OSError as e:
+            raise _no_cluster(address, f"cannot reach {host}:{port}: {e.strerror or e}") from None
+    try:
+        # No runtime_env: each node imports the installed project, and a job submitted with
+        # `ray job submit --runtime-env-json ...` keeps the job's own environment.
+        ray.init(address=address, log_to_driver=False, ignore_reinit_error=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ray.exceptions.RayError) as e:
+        raise _no_cluster(address, f"ray.init failed: {_first_line(e)}") from None
+
+
+def _same_cluster(ray: Any, address: str) -> bool:
+    """Whether this process's Ray connection is to the cluster at ``address`` (``auto`` always is)."""
+    if address == "auto":
+        return True
+    host, port = _split_address(address)
+    connected_host, connected_port = _split_address(ray.get_runtime_context().gcs_address)
+    if port != connected_port:
+        return False
+    with contextlib.suppress(OSError):
+        ip = socket.gethostbyname(host)
+        return ip == socket.gethostbyname(connected_host) or ip.startswith("127.")
+    return host == connected_host
 
 
 class RayPool(_RemotePool):
-    """One Ray actor per worker; a timed-out actor is ``ray.kill``-ed and recreated, a dead one recreated."""
+    """One Ray actor per worker; a timed-out actor is ``ray.kill``-ed and recreated, a dead one recreated.
+
+    Args beyond :class:`_RemotePool`'s: ``ray_address`` (see :func:`resolve_ray_address`) and
+    ``num_gpus``, the GPUs (or a fraction of one) each actor reserves.
+    """
 
     backend = "ray"
 
     _counted = False  # whether this pool is one of _ray_pools
 
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        size: int,
+        threads: int,
+        startup_timeout_s: float,
+        *,
+        ray_address: str | None = None,
+        num_gpus: float = 0.0,
+    ) -> None:
+        self._address = resolve_ray_address(ray_address)
+        self._num_gpus = num_gpus
+        super().__init__(factory, size, threads, startup_timeout_s)
+
     def _open(self) -> None:
-        global _ray_started_here, _ray_pools
+        global _ray_init_here, _ray_pools
         import ray
 
-        if not ray.is_initialized():
+        if ray.is_initialized():
+            if self._address is not None and not _same_cluster(ray, self._address):
+                connected = ray.get_runtime_context().gcs_address
+                raise ValueError(
+                    f"this process is connected to the Ray cluster at {connected}, not {self._address}: "
+                    "call ray.shutdown() first, or leave --ray-address/RAY_ADDRESS unset"
+                )
+        elif self._address is None:
             ray.init(
                 num_cpus=max(os.cpu_count() or 1, self.size * self._threads),
                 include_dashboard=False,
@@ -671,11 +780,41 @@ class RayPool(_RemotePool):
                 ignore_reinit_error=True,
                 configure_logging=False,
             )
-            _ray_started_here = True
+            _ray_init_here = True
+        else:
+            _connect(ray, self._address)
+            _ray_init_here = True
         _ray_pools += 1
         self._counted = True
         self._ray = ray
-        self._actor_class = ray.remote(num_cpus=self._threads)(_RayHost)
+        self._check_gpus()
+        self._actor_class = ray.remote(num_cpus=self._threads, num_gpus=self._num_gpus)(_RayHost)
+
+    def _check_gpus(self) -> None:
+        """Too few GPUs: an error on a local Ray (none will come), a warning on a cluster (nodes may join)."""
+        needed = self._num_gpus * self.size
+        have = float(self._ray.cluster_resources().get("GPU", 0.0))
+        if needed <= have:
+            return
+        problem = f"{self.size} Ray workers with num_gpus={self._num_gpus:g} need {needed:g} GPUs"
+        problem += f"; Ray has {have:g}"
+        if self._address is None:
+            raise ValueError(f"{problem}: use fewer rollout workers, or a fraction of a GPU per worker")
+        logger.warning("%s: the others wait for GPUs, at most startup_timeout_s", problem)
+
+    def _startup_help(self) -> str:
+        return (
+            f"\n(each Ray worker asks for {self._threads} CPUs and {self._num_gpus:g} GPUs and waits, up to "
+            "startup_timeout_s, for a node with them free; on a cluster, every node needs this project "
+            "and its dependencies installed: see docs/guide/ray_cluster.md)"
+        )
+
+    def node_ids(self) -> list[str]:
+        """The Ray node of each live worker, in worker order (hex ids, as ``ray.nodes()`` has them)."""
+        self._check_open()
+        self._settle()
+        live = self._live()
+        return list(self._ray.get([slot.handle.node_id.remote() for slot in live]))
 
     def _spawn(self, slot: _Slot) -> None:
         slot.handle = self._actor_class.remote(self._blob, self._threads)
@@ -703,7 +842,7 @@ class RayPool(_RemotePool):
         RayPool._reap([slot])
 
     def _stop(self, slots: list[_Slot]) -> None:
-        global _ray_started_here, _ray_pools
+        global _ray_init_here, _ray_pools
         if not self._counted:
             return  # Ray did not start
         try:
@@ -713,9 +852,9 @@ class RayPool(_RemotePool):
             self._reap(slots)
         finally:
             _ray_pools -= 1
-            if _ray_pools == 0 and _ray_started_here:
-                self._ray.shutdown()
-                _ray_started_here = False
+            if _ray_pools == 0 and _ray_init_here:
+                self._ray.shutdown()  # stops a local Ray; only disconnects from a cluster
+                _ray_init_here = False
 
     @staticmethod
     def _reap(slots: list[_Slot]) -> None:
@@ -742,6 +881,8 @@ def make_pool(
     threads_per_worker: int = 1,
     *,
     startup_timeout_s: float = 300.0,
+    ray_address: str | None = None,
+    num_gpus: float = 0.0,
 ) -> WorkerPool:
     """Start ``size`` workers, each built by ``factory()`` where it runs, and wait until all are up.
 
@@ -753,15 +894,26 @@ def make_pool(
         size: how many workers (``"inline"`` always has one).
         threads_per_worker: the torch/OpenMP threads of each worker, and the CPUs a Ray actor asks for.
         startup_timeout_s: how long a worker may take to build, and a replacement to replay the sticky calls.
+        ray_address: ``"ray"`` only: the cluster to join, ``HOST:PORT`` or ``auto``; None reads
+            ``$RAY_ADDRESS``, and without it a local Ray starts (:func:`resolve_ray_address`).
+        num_gpus: ``"ray"`` only: the GPUs each actor reserves (a fraction shares one); 0 hides the
+            GPUs from the workers. The other backends ignore both.
 
     Raises:
         WorkerError: a worker failed to start (the message holds its traceback) or timed out doing so.
+        ValueError: a bad argument, or ``ray_address`` not ``HOST:PORT``.
+        ConnectionError: no Ray cluster answers at ``ray_address``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if size < 1 or threads_per_worker < 1:
         raise ValueError(f"size and threads_per_worker must be >= 1; got {size} and {threads_per_worker}")
+    if not num_gpus >= 0:
+        raise ValueError(f"num_gpus must be >= 0 (a fraction shares one GPU); got {num_gpus}")
     if backend == "inline":
         return InlinePool(factory)
-    pool_class = LocalPool if backend == "local" else RayPool
-    return pool_class(factory, size, threads_per_worker, startup_timeout_s)
+    if backend == "local":
+        return LocalPool(factory, size, threads_per_worker, startup_timeout_s)
+    return RayPool(
+        factory, size, threads_per_worker, startup_timeout_s, ray_address=ray_address, num_gpus=num_gpus
+    )
