@@ -27,6 +27,7 @@ __all__ = [
     "LoraOptions",
     "PolicyOutputs",
     "ValueHead",
+    "enable_gradient_checkpointing",
     "forward_policy",
     "load_trainable_state",
     "trainable_state",
@@ -65,13 +66,30 @@ class LoraOptions(BaseConfig):
             torch.random.set_rng_state(state)
 
 
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Recompute each block's activations in the backward pass instead of keeping them.
+
+    Only forward passes in training mode checkpoint; generation runs in eval mode and keeps its KV
+    cache. Non-reentrant checkpointing, so gradients reach LoRA adapters even though the frozen
+    embeddings' outputs need none; with peft the input embeddings' outputs are marked as needing a
+    gradient too (what peft asks for with reentrant checkpointing).
+    """
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "peft_config"):
+        model.enable_input_require_grads()
+
+
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:
-    """Detached CPU copies of the parameters that train (all of them without LoRA, the adapters with)."""
+    """Detached CPU copies of the parameters that train (all of them without LoRA, only the adapters
+    with), whatever device and dtype the model is on: what a checkpoint stores and workers receive."""
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:
-    """Copy ``state`` (from :func:`trainable_state` of an identically built model) into ``model``."""
+    """Copy ``state`` (from :func:`trainable_state` of an identically built model) into ``model``.
+
+    Each tensor is converted to its parameter's device and dtype (a CPU float32 state loads into a
+    bfloat16 model on a GPU)."""
     import torch
 
     params = dict(model.named_parameters())

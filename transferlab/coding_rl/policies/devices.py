@@ -6,6 +6,9 @@
 * :func:`resolve_dtype` turns ``"auto" | "float32" | "bfloat16" | "float16"`` into a
   :class:`torch.dtype` for a device; ``"auto"`` is bfloat16 on a CUDA device that supports it (else
   float16) and float32 everywhere else, so CPU runs stay in float32.
+* :func:`place_model` moves a model to a device and casts its weights the way ``from_pretrained(...,
+  dtype=)`` loads them (non-persistent buffers such as rotary frequencies stay float32), so a learner
+  cast here and a worker loading the saved checkpoint in that dtype compute the same log-probs.
 * :func:`context_limit` reads the longest sequence a model takes from its Hugging Face config;
   :func:`model_device` is the device its parameters live on.
 
@@ -26,6 +29,7 @@ __all__ = [
     "context_limit",
     "model_device",
     "model_dtype",
+    "place_model",
     "resolve_device",
     "resolve_dtype",
 ]
@@ -149,3 +153,27 @@ def model_dtype(model: Any) -> torch.dtype:
         if p.is_floating_point():
             return p.dtype
     return torch.float32
+
+
+def place_model(model: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
+    """Move ``model`` to ``device`` and cast its parameters and persistent floating buffers to ``dtype``
+    (None keeps them); returns the model (moved in place).
+
+    Non-persistent floating buffers (rotary ``inv_freq``, say) keep their dtype, as in a model loaded with
+    ``from_pretrained(path, dtype=dtype)``: casting them to bfloat16 would shift every position's
+    rotation, and the learner's log-probs would drift from its workers'.
+    """
+    device = torch.device(device)
+    if dtype is None:
+        return model.to(device)
+    saved = set(model.state_dict())
+    keep = {
+        name: buf
+        for name, buf in model.named_buffers()
+        if buf.is_floating_point() and name not in saved and buf.dtype != dtype
+    }
+    model.to(device=device, dtype=dtype)
+    for name, buf in keep.items():
+        owner, _, leaf = name.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, buf.to(device))
+    return model

@@ -185,17 +185,28 @@ def load_policy(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer from a local directory (never from the network).
 
-    ``dtype`` (e.g. ``torch.bfloat16`` or ``"bfloat16"``) overrides the stored one; None keeps the
-    checkpoint's dtype (``"auto"``). The model comes back in eval mode on ``device``. A tokenizer
-    without a pad token gets its eos token as pad (generation masks padding anyway). Raises
-    :class:`PolicyNotFoundError` naming the fix when the path does not exist, is not a directory or
-    has no ``config.json`` / weights / tokenizer.
+    ``device`` is a :class:`torch.device` or a spec for
+    :func:`~transferlab.coding_rl.policies.devices.resolve_device` (``"auto"`` = CUDA when present,
+    else the CPU). ``dtype``: None keeps the dtype stored in the checkpoint; ``"auto"`` is the device's
+    training dtype (bfloat16 on a CUDA GPU that supports it, float32 on the CPU, see
+    :func:`~transferlab.coding_rl.policies.devices.resolve_dtype`); a name (``"float32"``,
+    ``"bfloat16"``, ``"float16"``) or a :class:`torch.dtype` is taken as given. The model comes back in
+    eval mode on the device. A tokenizer without a pad token gets its eos token as pad (generation masks
+    padding anyway).
+
+    Raises:
+        PolicyNotFoundError: the path does not exist, is not a directory or has no ``config.json`` /
+            weights / tokenizer (the message names the fix).
+        DeviceError: the device is not available here, or the dtype is unknown.
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from transferlab.coding_rl.policies.devices import resolve_device, resolve_dtype
+
     hf_logging.disable_progress_bar()  # a bar per load is noise for our small local checkpoints
+    target = resolve_device(device)
+    torch_dtype: Any = "auto" if dtype is None else resolve_dtype(dtype, target)  # HF "auto" = as stored
     path = Path(path_or_dir).expanduser()
     if not path.exists():
         raise _not_found(path, "the path does not exist")
@@ -203,11 +214,6 @@ def load_policy(
         raise _not_found(path, "it is a file, not a model directory")
     if not (path / "config.json").is_file():
         raise _not_found(path, "the directory has no config.json")
-    torch_dtype: Any = "auto" if dtype is None else dtype
-    if isinstance(torch_dtype, str) and torch_dtype != "auto":
-        torch_dtype = getattr(torch, torch_dtype, None)
-        if not isinstance(torch_dtype, torch.dtype):
-            raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16' or 'float16'")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as exc:
@@ -218,7 +224,7 @@ def load_policy(
         raise _not_found(path, f"its model weights cannot be loaded ({exc})") from None
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
         tokenizer.pad_token = tokenizer.eos_token
-    cast(Any, model).to(device)  # (transformers' typing of .to confuses mypy)
+    cast(Any, model).to(target)  # (transformers' typing of .to confuses mypy)
     model.eval()
     return model, tokenizer
 
