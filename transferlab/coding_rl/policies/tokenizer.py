@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "encode_chat",
     "observation_ids",
+    "train_bpe",
     "train_tokenizer",
 ]
 
@@ -85,24 +87,21 @@ PRETOKENIZE_PATTERN: Final = (
 ``test_calculator``) is one piece, and numbers split into groups of at most three digits."""
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, seed: int = 0) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer on ``texts``; deterministic for the same texts.
+def train_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str]) -> Tokenizer:
+    """The raw byte-level BPE (``tokenizers.Tokenizer``) behind :func:`train_tokenizer`.
 
-    ``vocab_size`` counts the 256 byte tokens, the merges and the five :data:`SPECIAL_TOKENS`; it is
-    an upper bound (a small corpus may support fewer merges). BPE training has no randomness:
-    ``seed`` is recorded in the tokenizer's ``init_kwargs`` (and saved with it) so a run's
-    configuration is complete, and different seeds give the same tokenizer. The texts are consumed
-    once, in order.
+    ``special_tokens`` get the first ids, in order; split by :data:`PRETOKENIZE_PATTERN`, no
+    normaliser, deterministic for the same texts. Model families with other special tokens
+    (:mod:`transferlab.coding_rl.policies.families`) wrap it their own way.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    minimum = len(alphabet) + len(SPECIAL_TOKENS)
+    minimum = len(alphabet) + len(special_tokens)
     if vocab_size < minimum:
         raise ValueError(
             f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {minimum} tokens "
-            f"({len(alphabet)} bytes + {len(SPECIAL_TOKENS)} special tokens); pass vocab_size >= {minimum}"
+            f"({len(alphabet)} bytes + {len(special_tokens)} special tokens); pass vocab_size >= {minimum}"
         )
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -115,11 +114,26 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, seed: int = 0)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(special_tokens),
         initial_alphabet=alphabet,
         show_progress=False,
     )
     tok.train_from_iterator((t for t in texts if t), trainer=trainer)
+    return tok
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, seed: int = 0) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on ``texts``; deterministic for the same texts.
+
+    ``vocab_size`` counts the 256 byte tokens, the merges and the five :data:`SPECIAL_TOKENS`; it is
+    an upper bound (a small corpus may support fewer merges). BPE training has no randomness:
+    ``seed`` is recorded in the tokenizer's ``init_kwargs`` (and saved with it) so a run's
+    configuration is complete, and different seeds give the same tokenizer. The texts are consumed
+    once, in order.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    tok = train_bpe(texts, vocab_size, SPECIAL_TOKENS)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=PAD,

@@ -12,11 +12,13 @@
    sampled ids and the observation's ids to that episode's context.
 
 **Ids.** The prompt is ``encode_chat(tok, [{"role": "user", "content": intro}])`` (ending with
-``<|im_start|>assistant\\n``); a step's ``action_ids`` are the sampled ids themselves (including a
-sampled ``<|im_end|>``) and its ``observation_ids`` are
-``observation_ids(tok, obs, ended=sample.finished)``, i.e. exactly the ids appended to the context
-after the action. Nothing is re-tokenised, so ``Trajectory.token_ids()`` is the context the policy
-saw at its last turn plus its last action and observation.
+the template's generation prompt, from the tokenizer's own chat template); a step's ``action_ids``
+are the sampled ids themselves (including a sampled end-of-turn token such as ``<|im_end|>``) and its
+``observation_ids`` are ``observation_ids(tok, obs, ended=...)``, ``ended`` meaning the sampled ids end
+with the template's end-of-turn token (a turn cut by length or a stop string is closed first),
+i.e. exactly the ids appended to the context after the action. Nothing is re-tokenised, so
+``Trajectory.token_ids()`` is the context the policy saw at its last turn plus its last action and
+observation.
 
 **Cuts.** An episode whose next context would leave fewer than ``sampling.max_new_tokens`` positions
 below ``max_context`` is stopped after the step that grew it (``truncated=True``,
@@ -42,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from transferlab.coding_rl.policies.chat import ChatFormat
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate
 from transferlab.coding_rl.policies.tokenizer import encode_chat, observation_ids
 from transferlab.platform.agent_env import Task, ToolEnv
@@ -90,6 +93,12 @@ def _reset(ep: _Episode, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
     ep.intro = obs
     ep.prompt = encode_chat(tokenizer, [{"role": "user", "content": obs}], add_generation_prompt=True)
     ep.context = list(ep.prompt)
+
+
+def _closed(end_of_turn: tuple[int, ...], sample: Sample) -> bool:
+    """Whether the sampled ids already end the assistant turn (a stop string or length cut does not)."""
+    n = len(end_of_turn)
+    return n == 0 or tuple(sample.completion_ids[-n:]) == end_of_turn
 
 
 def _step(env: ToolEnv, action: str) -> _StepResult:
@@ -180,6 +189,7 @@ def policy_episodes(
         _Episode(i, env, task, policy_episode_id(task.task_id, sampling.seed, i))
         for i, (env, task) in enumerate(zip(envs, tasks, strict=True))
     ]
+    eot = ChatFormat.for_tokenizer(tokenizer).end_of_turn_ids
     with ThreadPoolExecutor(max_workers=workers or len(episodes)) as pool:
         list(pool.map(lambda ep: _reset(ep, tokenizer, sampling.seed), episodes))
         for ep in episodes:
@@ -196,7 +206,7 @@ def policy_episodes(
             policy_s = (time.perf_counter() - t0) / len(running)
             results = list(pool.map(_step, [ep.env for ep in running], [s.text for s in samples]))
             for ep, sample, res in zip(running, samples, results, strict=True):
-                obs_ids = observation_ids(tokenizer, res.obs, role="tool", ended=sample.finished)
+                obs_ids = observation_ids(tokenizer, res.obs, role="tool", ended=_closed(eot, sample))
                 ep.context = ep.context + list(sample.completion_ids) + obs_ids
                 cut = _cut_reason(ep, res, len(ep.context), room, max_context, episode_timeout_s)
                 ep.steps.append(_record(ep, sample, res, obs_ids, cut, policy_s))
