@@ -5,12 +5,18 @@
   :func:`transferlab.coding_rl.tokenizer_corpus.corpus_texts`), its chat format and exact-id helpers;
 * :mod:`.model`: :class:`TinyPolicyConfig` (a small Llama / GPT-2 from scratch), :func:`load_policy`
   (any causal LM from a local directory; nothing is downloaded) and :func:`save_policy`;
+* :mod:`.chat`: :class:`ChatFormat`, exact-id chat turns from any tokenizer's chat template (ChatML,
+  Llama 3, plain text): the prompt, the end-of-turn stop token, the observation turns;
+* :mod:`.families`: :func:`init_checkpoint`, randomly initialised Qwen2 / Llama / GPT-2 checkpoints
+  with their families' tokenizers and templates (tests, benchmarks, the GPU check);
 * :mod:`.generation`: :func:`generate` (batched sampling with the KV cache, per-token log-probs, exact
   sampled ids) and :func:`sequence_logprobs` (teacher-forced log-probs for the trainers).
 
 Torch and transformers are imported lazily, inside the functions that need them.
 """
 
+from transferlab.coding_rl.policies.chat import ChatFormat, ChatTemplateError
+from transferlab.coding_rl.policies.families import FAMILIES, init_checkpoint
 from transferlab.coding_rl.policies.generation import (
     Sample,
     SamplingConfig,
@@ -45,12 +51,15 @@ __all__ = [
     "BOS",
     "CHAT_TEMPLATE",
     "EOS",
+    "FAMILIES",
     "IM_END",
     "IM_START",
     "PAD",
     "ROLES",
     "SPECIAL_TOKENS",
     "TINY_PARAM_RANGE",
+    "ChatFormat",
+    "ChatTemplateError",
     "PolicyNotFoundError",
     "Sample",
     "SamplingConfig",
@@ -59,6 +68,7 @@ __all__ = [
     "count_parameters",
     "encode_chat",
     "generate",
+    "init_checkpoint",
     "load_policy",
     "observation_ids",
     "save_policy",

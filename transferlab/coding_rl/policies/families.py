@@ -24,6 +24,7 @@ the coding agent's tokenizer corpus on the toy tasks); the weights come from ``t
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -133,8 +134,11 @@ def _check(family: str, size: str = "tiny") -> None:
         raise ValueError(f"unknown size {size!r}; use one of {list(SIZES)}")
 
 
-def default_texts() -> list[str]:
-    """The coding agent's tokenizer corpus on the toy tasks (what the experiments' tokenizer reads)."""
+@functools.cache
+def default_texts() -> tuple[str, ...]:
+    """The coding agent's tokenizer corpus on the toy tasks (what the experiments' tokenizer reads).
+
+    Built once per process (it renders every toy repository)."""
     from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_solution, toy_tasks
     from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
@@ -143,7 +147,7 @@ def default_texts() -> list[str]:
     texts = [
         f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_train + code_held
     ]
-    return texts * 10 + list(corpus_texts(repo_train + repo_held)) * 3
+    return tuple(texts * 10 + list(corpus_texts(repo_train + repo_held)) * 3)
 
 
 def family_tokenizer(
