@@ -94,7 +94,7 @@ def _device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
         where = resolve_device(device)
         return where, resolve_dtype(dtype, where)
     except DeviceError as exc:
-        fail(str(exc))
+        fail(_one_line(exc))
 
 
 def _adapter_base(path: Path) -> Path:
@@ -136,7 +136,7 @@ def load_model(path: Path, device: str, dtype: str) -> Loaded:
         else:
             model, tokenizer = load_policy(path, where, precision)
     except PolicyNotFoundError as exc:
-        fail(str(exc))
+        fail(_one_line(exc))
     except (OSError, ValueError) as exc:
         fail(f"cannot load --model {path}: {exc}")
     try:
@@ -152,7 +152,7 @@ def _tasks(spec: str, split: str) -> TaskSet:
     try:
         return resolve_tasks(spec, split)
     except TaskFamilyError as exc:
-        fail(str(exc))
+        fail(_one_line(exc))
 
 
 # ------------------------------------------------------------------------------------- context limits
@@ -256,6 +256,11 @@ def _peak_memory(device: torch.device) -> tuple[float, str]:
 # -------------------------------------------------------------------------------------------- train
 
 
+def _one_line(exc: BaseException) -> str:
+    """A multi-line message (a ConfigError lists its problems) as the one ``error:`` line."""
+    return " ".join(str(exc).split())
+
+
 def _read_trainer_config(algo: Algo, path: Path | None) -> Any:
     from transferlab.coding_rl.trainers.demos import SFTConfig
     from transferlab.coding_rl.trainers.rl import RLConfig
@@ -269,7 +274,7 @@ def _read_trainer_config(algo: Algo, path: Path | None) -> Any:
     try:
         return cls.from_file(path)
     except (ConfigError, ValueError, OSError) as exc:
-        fail(f"--config {path}: {exc}")
+        fail(f"--config {_one_line(exc)}")
 
 
 @dataclass
@@ -329,7 +334,7 @@ def build_run_config(opts: TrainOptions, mode: str) -> TrainRunConfig:
     try:
         trainer = type(base).from_dict({**base.to_dict(), **updates})
     except ConfigError as exc:
-        fail(str(exc))
+        fail(_one_line(exc))
     lora_r = opts.lora_r if opts.algo == "sft" else (trainer.lora.r if trainer.lora is not None else None)
     if opts.merge and lora_r is None:
         fail("--merge merges LoRA adapters into the model: pass --lora-r N too (or drop --merge)")
@@ -438,7 +443,7 @@ def _train_rl(cfg: TrainRunConfig, loaded: Loaded, taskset: TaskSet, run: Run, r
     try:
         result = train_rl(loaded.model, loaded.tokenizer, taskset.tasks, rl, run.dir, logger, resume=resumed)
     except ValueError as exc:
-        fail(str(exc))
+        fail(_one_line(exc))
     seconds = time.perf_counter() - t0
     history = result.history
     last = history[-1] if history else {}
@@ -540,7 +545,7 @@ def run_train(opts: TrainOptions) -> None:
             run.acquire()
             resumed = True
     except (RunInUseError, ValueError, OSError) as exc:
-        fail(str(exc))
+        fail(_one_line(exc))
     with run:
         base_dir = loaded.base_dir
         if base_dir is None:  # an adapter merged in memory: LoRA adapters need a base on disk
