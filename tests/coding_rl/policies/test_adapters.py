@@ -228,3 +228,30 @@ def test_value_head_gets_gradient_and_the_model_too(tok: Any) -> None:
     assert float(head.linear.bias.grad.abs().sum()) > 0
     lora_grads = [p.grad for n, p in model.named_parameters() if ".lora_" in n]
     assert any(g is not None for g in lora_grads)
+
+
+def test_with_lora_the_state_sent_to_workers_is_only_the_float32_adapters_on_the_cpu(tok: Any) -> None:
+    """A bfloat16 base under LoRA: the workers get only the ``lora_`` tensors, as CPU copies in the
+    adapters' float32 (peft keeps adapters float32 over a half-precision base)."""
+    from transferlab.coding_rl.policies.devices import place_model
+
+    model = LoraOptions(r=4).apply(place_model(TINY.create(tok), "cpu", torch.bfloat16))
+    state = trainable_state(model)
+    assert state and all(".lora_" in n for n in state)
+    assert {n for n, p in model.named_parameters() if ".lora_" in n} == set(state)
+    assert {t.dtype for t in state.values()} == {torch.float32}
+    assert {t.device.type for t in state.values()} == {"cpu"}
+    for name, p in model.named_parameters():
+        if ".lora_" not in name:
+            assert p.dtype == torch.bfloat16, name
+
+
+def test_a_float32_state_loads_into_a_bfloat16_model(tok: Any) -> None:
+    """Weights sent from a float32 learner land in a bfloat16 worker converted to its dtype."""
+    from transferlab.coding_rl.policies.devices import place_model
+
+    learner = TINY.model_copy(update={"seed": 1}).create(tok)
+    worker = place_model(TINY.create(tok), "cpu", torch.bfloat16)
+    load_trainable_state(worker, trainable_state(learner))
+    for (name, want), got in zip(learner.named_parameters(), worker.parameters(), strict=True):
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want.detach().to(torch.bfloat16)), name

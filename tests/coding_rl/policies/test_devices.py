@@ -73,7 +73,7 @@ def test_unknown_and_unavailable_devices_are_errors(monkeypatch: pytest.MonkeyPa
     with pytest.raises(DeviceError, match="unknown device 'gpu'; use auto, cpu, cuda"):
         resolve_device("gpu")
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    with pytest.raises(DeviceError, match="--device mps .* use --device cpu"):
+    with pytest.raises(DeviceError, match=r"--device mps .* use --device cpu"):
         resolve_device("mps")
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from transferlab.coding_rl.policies.adapters import LoraOptions, trainable_state
+from transferlab.coding_rl.policies.devices import DeviceError, place_model
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_solution, toy_tasks
@@ -21,6 +22,7 @@ from transferlab.coding_rl.trainers.rl import (
     _complete_groups,
     build_batch,
     draw_tasks,
+    episode_context,
     rollout_metrics,
     step_seed,
     train_rl,
@@ -439,3 +441,103 @@ def test_ray_workers_run_a_training_step(
     [metrics] = train_rl(policy, tok, tasks, config, tmp_path).history
     assert metrics["rollout/lost_episodes"] == 0 and metrics["rollout/episodes"] == 8
     assert "loss/total" in metrics and changed_parameters(before, policy)
+
+
+# --------------------------------------------------------------------------------- devices and dtypes
+
+
+def test_bfloat16_training_keeps_bfloat16_weights_that_change(
+    policy: Any, tok: Any, tasks: list[CodeTask], tmp_path: Path
+) -> None:
+    """dtype='bfloat16' on the CPU: the learner, its frozen reference and the value head run in place;
+    the weights stay bfloat16 and move, the value head stays float32, every metric is finite."""
+    before = {n: p.detach().float().clone() for n, p in policy.named_parameters()}
+    config = rl_config(algo="ppo", dtype="bfloat16", device="cpu", kl_coef=0.1)
+    result = train_rl(policy, tok, tasks, config, tmp_path)
+    [metrics] = result.history
+    assert result.model is policy  # moved and cast in place
+    assert {p.dtype for p in policy.parameters()} == {torch.bfloat16}
+    assert policy.model.rotary_emb.inv_freq.dtype == torch.float32  # as from_pretrained leaves it
+    assert result.value_head.linear.weight.dtype == torch.float32
+    moved = {n for n, p in policy.named_parameters() if not torch.equal(before[n], p.detach().float())}
+    assert moved == set(before)
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert metrics["kl/ref"] >= 0 and metrics["loss/value"] > 0
+    state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)
+    assert {t.device.type for t in state["model"].values()} == {"cpu"}
+
+
+@pytest.mark.slow
+def test_bfloat16_local_workers_sample_what_the_inline_learner_samples(
+    tok: Any, tasks: list[CodeTask], sft_state: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    """A spawned worker loads the saved float32 base in bfloat16 and receives the bfloat16 weights each
+    step: its tensors are the learner's, so it samples the very same tokens as the learner itself."""
+    runs = {}
+    for backend in ("inline", "local"):
+        config = rl_config(
+            steps=2, dtype="bfloat16", device="cpu", rollout_backend=backend, rollout_workers=1
+        )
+        model = new_policy(tok, sft_state)
+        runs[backend] = train_rl(model, tok, tasks, config, tmp_path / backend)
+    inline, local = runs["inline"].history, runs["local"].history
+    for key in ("rollout/return", "rollout/action_tokens", "loss/total"):
+        assert [h[key] for h in local] == [h[key] for h in inline], key
+    assert all(h["rollout/lost_episodes"] == 0 and math.isfinite(h["loss/total"]) for h in local)
+    assert {p.dtype for p in runs["local"].model.parameters()} == {torch.bfloat16}
+
+
+def checkpointing_layers(model: Any) -> int:
+    return sum(bool(getattr(m, "gradient_checkpointing", False)) for m in model.modules())
+
+
+@pytest.mark.parametrize("lora", [None, LoraOptions(r=4)], ids=["full", "lora"])
+def test_gradient_checkpointing_gives_the_same_step(
+    tok: Any, tasks: list[CodeTask], sft_state: dict[str, torch.Tensor], tmp_path: Path, lora: Any
+) -> None:
+    results = {}
+    for checkpointing in (False, True):
+        config = rl_config(gradient_checkpointing=checkpointing, lora=lora, device="cpu", dtype="float32")
+        model = new_policy(tok, sft_state)
+        results[checkpointing] = train_rl(model, tok, tasks, config, tmp_path / str(checkpointing))
+    off, on = results[False], results[True]
+    assert checkpointing_layers(on.model) and not checkpointing_layers(off.model)
+    assert on.history[0]["rollout/return"] == off.history[0]["rollout/return"]  # generation unchanged
+    for key in ("loss/total", "train/grad_norm"):
+        assert on.history[0][key] == pytest.approx(off.history[0][key], abs=1e-5), key
+    want, got = trainable_state(off.model), trainable_state(on.model)
+    assert all(torch.allclose(want[n], got[n], atol=1e-6) for n in want)
+
+
+def test_cuda_without_cuda_is_refused_before_anything_is_written(
+    policy: Any, tok: Any, tasks: list[CodeTask], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match=r"--device cuda asked for CUDA.*use --device cpu"):
+        train_rl(policy, tok, tasks, rl_config(device="cuda"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_episodes_stop_at_the_models_own_context_limit(tok: Any) -> None:
+    model = TinyPolicyConfig(max_positions=256, **TINY).create(tok)
+    assert episode_context(rl_config(mode="agent", max_context=1024), model) == 256
+    assert episode_context(rl_config(mode="agent", max_context=200), model) == 200
+    assert episode_context(rl_config(max_context=1024), model) == 1024  # code mode: generate caps
+
+
+def test_sft_in_bfloat16_trains_and_gradient_checkpointing_changes_nothing(
+    tok: Any, tasks: list[CodeTask]
+) -> None:
+    demos = [code_demonstration(tok, t, toy_solution(t)) for t in tasks]
+    losses = {}
+    for checkpointing in (False, True):
+        model = TinyPolicyConfig(max_positions=128, **TINY).create(tok)
+        config = SFTConfig(steps=3, batch_size=4, gradient_checkpointing=checkpointing)
+        losses[checkpointing] = train_sft(model, tok, demos, config)
+    assert losses[True] == pytest.approx(losses[False], abs=1e-5)
+    model = place_model(TinyPolicyConfig(max_positions=128, **TINY).create(tok), "cpu", torch.bfloat16)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    bf16 = train_sft(model, tok, demos, SFTConfig(steps=3, batch_size=4))
+    assert all(math.isfinite(x) for x in bf16) and bf16[-1] < bf16[0]
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert changed_parameters(before, model) == set(before)

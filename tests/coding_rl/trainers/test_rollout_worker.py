@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from transferlab.coding_rl.policies.adapters import LoraOptions, trainable_state
+from transferlab.coding_rl.policies.devices import place_model
 from transferlab.coding_rl.policies.generation import SamplingConfig, generate
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, save_policy
 from transferlab.coding_rl.policies.tokenizer import IM_END
@@ -163,6 +164,34 @@ def test_a_spec_builds_the_worker_from_the_saved_policy_with_its_lora(
     finally:
         built.close()
     assert built._sandbox is None  # it opened its own sandbox and closed it
+
+
+def test_a_spec_builds_the_worker_on_its_device_in_its_dtype(
+    model: Any, tok: Any, sandbox: SandboxBackend, tasks: list[CodeTask], tmp_path: Path
+) -> None:
+    """dtype='bfloat16' loads the saved float32 policy in bfloat16 (the learner's cast); the float32
+    weights it is sent land converted, and it samples what the learner cast in place samples."""
+    save_policy(model, tok, tmp_path / "policy")
+    built = WorkerSpec(policy_dir=str(tmp_path / "policy"), threads=0, device="cpu", dtype="bfloat16")()
+    try:
+        assert {p.dtype for p in built.model.parameters()} == {torch.bfloat16}
+        assert {p.device.type for p in built.model.parameters()} == {"cpu"}
+        learner = TinyPolicyConfig(max_positions=128, **TINY).create(tok)
+        built.set_weights(trainable_state(learner))  # float32 CPU tensors into the bfloat16 worker
+        assert all(
+            torch.equal(b, a.detach().to(torch.bfloat16))
+            for a, b in zip(learner.parameters(), built.model.parameters(), strict=True)
+        )
+        place_model(learner, "cpu", torch.bfloat16)
+        chunk = Chunk(
+            mode="code", tasks=tasks[:3], groups=[0, 1, 2], sampling=SamplingConfig(max_new_tokens=8)
+        )
+        got = [t.steps[0] for t in built.run(chunk)]
+        want = [t.steps[0] for t in worker(learner, tok, sandbox).run(chunk)]
+        assert [s.action_ids for s in got] == [s.action_ids for s in want]
+        assert [s.action_logprobs for s in got] == [s.action_logprobs for s in want]
+    finally:
+        built.close()
 
 
 def test_unknown_mode_raises(model: Any, tok: Any, sandbox: SandboxBackend, tasks: list[CodeTask]) -> None:

@@ -74,7 +74,12 @@ def enable_gradient_checkpointing(model: Any) -> None:
     embeddings' outputs need none; with peft the input embeddings' outputs are marked as needing a
     gradient too (what peft asks for with reentrant checkpointing).
     """
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # the name since transformers 5
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if hasattr(model, "peft_config"):
         model.enable_input_require_grads()
 

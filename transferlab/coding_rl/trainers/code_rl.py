@@ -16,6 +16,7 @@ I/O is injected: a metrics logger, and optionally a run directory for checkpoint
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +27,8 @@ from typing import Any
 import torch
 from pydantic import Field, model_validator
 
-from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate, sequence_logprobs
+from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate
+from transferlab.coding_rl.policies.prefix import packed_logprobs
 from transferlab.coding_rl.sandbox.verifier import GradeResult, Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration
@@ -70,6 +72,10 @@ def pack(
     return Batch(ids, attn, mask, old)
 
 
+def _to_device(batch: Batch, device: torch.device) -> Batch:
+    return Batch(*(getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)))
+
+
 # --------------------------------------------------------------------------------------------------- SFT
 
 
@@ -94,8 +100,8 @@ class GRPOConfig(RLConfig):
 
     :func:`train_grpo` reads the shared optimisation and sampling fields (steps, tasks_per_step,
     group_size, epochs, lr, the clips, the KL, the group advantages, temperature, max_new_tokens,
-    grad_clip, loss_agg, seed); the PPO, agent, rollout-worker and checkpoint fields are
-    :func:`~transferlab.coding_rl.trainers.rl.train_rl`'s.
+    grad_clip, loss_agg, seed) and where to train (device, dtype, gradient_checkpointing); the PPO,
+    agent, rollout-worker and checkpoint fields are :func:`~transferlab.coding_rl.trainers.rl.train_rl`'s.
     """
 
     leave_one_out: bool = Field(default=False, description="Baseline = mean of the other G-1 rewards.")
@@ -144,8 +150,19 @@ def train_grpo(
     step_offset: int = 0,
     checkpoint: Callable[[int], None] | None = None,
 ) -> list[dict[str, float]]:
-    """GRPO: sample G bodies per task, grade them, update on group-relative advantages."""
+    """GRPO: sample G bodies per task, grade them, update on group-relative advantages.
+
+    ``model`` is moved in place to ``config.device`` and cast to ``config.dtype`` (as in
+    :func:`~transferlab.coding_rl.trainers.rl.train_rl`); the reference (only with ``kl_coef > 0``),
+    rewards and batches follow it. Raises DeviceError when the device is not available here."""
+    from transferlab.coding_rl.policies.adapters import enable_gradient_checkpointing
+    from transferlab.coding_rl.policies.devices import place_model, resolve_device, resolve_dtype
+
+    device = resolve_device(config.device)
+    place_model(model, device, resolve_dtype(config.dtype, device))
     rng = random.Random(config.seed)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     history = []
@@ -163,29 +180,35 @@ def train_grpo(
         samples = generate(model, tokenizer, prompts, sampling)
         t_gen = time.perf_counter()
         # 2. rewards from the sandbox
-        rewards = torch.tensor(reward_fn(flat, samples), dtype=torch.float32)
+        rewards = torch.tensor(reward_fn(flat, samples), dtype=torch.float32, device=device)
         t_reward = time.perf_counter()
         # 3. group-relative advantages; flat groups dropped or down-weighted
         adv = group_advantages(
             rewards, config.group_size, scale_by_std=config.scale_by_std, leave_one_out=config.leave_one_out
         )
-        weights = group_weights(adv.zero_std_groups, config.group_size, config.zero_std)
-        batch = pack(
-            prompts,
-            [s.completion_ids for s in samples],
-            [s.logprobs for s in samples],
-            tokenizer.pad_token_id,
+        weights = group_weights(adv.zero_std_groups, config.group_size, config.zero_std).to(device)
+        batch = _to_device(
+            pack(
+                prompts,
+                [s.completion_ids for s in samples],
+                [s.logprobs for s in samples],
+                tokenizer.pad_token_id,
+            ),
+            device,
         )
         ref_logp = None
         if reference is not None:
             with torch.no_grad():
-                ref_logp = sequence_logprobs(
-                    reference, batch.input_ids, batch.attention_mask, batch.completion_mask
+                ref_logp = packed_logprobs(
+                    reference, prompts, [s.completion_ids for s in samples], tokenizer.pad_token_id
                 )
         # 4. clipped policy-gradient update (loss only on completion tokens)
         model.train()
         for _ in range(config.epochs):
-            logp = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.completion_mask)
+            # each group's prompt runs once (its keys and values shared by the G completions)
+            logp = packed_logprobs(
+                model, prompts, [s.completion_ids for s in samples], tokenizer.pad_token_id
+            )
             terms = grpo_loss(
                 logp,
                 batch.old_logprobs,

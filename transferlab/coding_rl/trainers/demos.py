@@ -119,17 +119,26 @@ def train_sft(
     logger: MetricsLogger | None = None,
     step_offset: int = 0,
 ) -> list[float]:
-    """SFT on demonstration trajectories (single- or multi-turn); returns the loss per step."""
+    """SFT on demonstration trajectories (single- or multi-turn); returns the loss per step.
+
+    Trains ``model`` where it is (its device and dtype); each batch is moved there."""
+    from transferlab.coding_rl.policies.adapters import enable_gradient_checkpointing
+    from transferlab.coding_rl.policies.devices import model_device
+
     if not demos:
         raise ValueError("no demonstrations to train on")
     rng = random.Random(config.seed)
+    device = model_device(model)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     losses = []
     for step in range(config.steps):
         chosen = [demos[rng.randrange(len(demos))] for _ in range(config.batch_size)]
-        batch = to_tensors(chosen, pad_id=tokenizer.pad_token_id, validate=False)
+        packed = to_tensors(chosen, pad_id=tokenizer.pad_token_id, validate=False)
+        batch = {k: packed[k].to(device) for k in ("input_ids", "attention_mask", "loss_mask")}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         terms = sft_loss(logits, batch["input_ids"], batch["loss_mask"])
         optimizer.zero_grad()

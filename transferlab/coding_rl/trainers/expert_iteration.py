@@ -91,13 +91,15 @@ def expert_iteration(
     worker: RolloutWorker | None = None,
     logger: MetricsLogger | None = None,
 ) -> list[RoundStats]:
-    """Run the rounds in place on ``model``; ``demos`` seed the data (may be empty)."""
+    """Run the rounds in place on ``model``, on its device and in its dtype; ``demos`` seed the data
+    (may be empty)."""
     if not tasks:
         raise ValueError("expert iteration needs training tasks")
+    from transferlab.coding_rl.policies.devices import model_device
+
     owns = worker is None
-    worker = worker or RolloutWorker(
-        model, tokenizer, WorkerSpec(policy_dir="", max_steps=config.max_steps, threads=0)
-    )
+    spec = WorkerSpec(policy_dir="", max_steps=config.max_steps, threads=0, device=str(model_device(model)))
+    worker = worker or RolloutWorker(model, tokenizer, spec)  # samples with the model, where it is
     data = list(demos)
     seen = {_key(t) for t in data}
     stats = []

@@ -22,6 +22,7 @@ The loss math lives in :mod:`.losses`; rollouts in :mod:`.rollout_worker` hosted
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import logging
 import math
@@ -38,10 +39,17 @@ from pydantic import Field
 from transferlab.coding_rl.policies.adapters import (
     LoraOptions,
     ValueHead,
+    enable_gradient_checkpointing,
     forward_policy,
     trainable_state,
 )
-from transferlab.coding_rl.policies.devices import DEVICE_PATTERN
+from transferlab.coding_rl.policies.devices import (
+    DEVICE_PATTERN,
+    context_limit,
+    place_model,
+    resolve_device,
+    resolve_dtype,
+)
 from transferlab.coding_rl.policies.generation import SamplingConfig
 from transferlab.coding_rl.trainers.losses import (
     gae,
@@ -164,8 +172,9 @@ class RLConfig(BaseConfig):
     )
     ray_address: str | None = Field(
         default=None,
-        description="Ray cluster address for the 'ray' rollout backend (e.g. 'ray://head:10001' or "
-        "'head:6379'); None = the RAY_ADDRESS environment variable, or a local Ray started for the run.",
+        description="Ray cluster for the 'ray' rollout backend: the head's HOST:PORT as `ray start --head` "
+        "prints it (e.g. '10.0.0.5:6379') or 'auto' (the cluster started on this machine); None = the "
+        "RAY_ADDRESS environment variable, or a local Ray started for the run.",
     )
 
 
@@ -175,8 +184,17 @@ class RLConfig(BaseConfig):
 class Rollouts:
     """Parallel episode collection: fixed chunks of whole groups over a worker pool."""
 
-    def __init__(self, model: Any, tokenizer: Any, config: RLConfig, run_dir: Path) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: RLConfig,
+        run_dir: Path,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.config = config
+        self.max_context = episode_context(config, model)
         self.spec = WorkerSpec(
             policy_dir=str(run_dir / "policy-base"),
             lora=config.lora,
@@ -184,13 +202,22 @@ class Rollouts:
             rewards=config.rewards,
             max_steps=config.max_steps,
             env_factory=config.env_factory,
+            # a Ray actor sees only the GPU it was given, as device 0: name the type, not the index
+            device=device.type if config.rollout_backend == "ray" else str(device),
+            dtype=str(dtype).removeprefix("torch."),
         )
         self._inline = config.rollout_backend == "inline"
-        if self._inline:
+        if self._inline:  # the learner's own model, on the learner's device
             shared = RolloutWorker(model, tokenizer, WorkerSpec(**{**self.spec.__dict__, "threads": 0}))
             self.pool: WorkerPool = make_pool("inline", lambda: shared)
         else:
-            self.pool = make_pool(config.rollout_backend, self.spec, size=config.rollout_workers)
+            self.pool = make_pool(
+                config.rollout_backend,
+                self.spec,
+                size=config.rollout_workers,
+                ray_address=config.ray_address,
+                num_gpus=1.0 if device.type == "cuda" else 0.0,  # Ray: one GPU per rollout actor
+            )
 
     def sync(self, model: Any) -> None:
         """Send the learner's trained tensors to every worker (replayed on replacements)."""
@@ -212,7 +239,7 @@ class Rollouts:
                 groups=groups[a:b],
                 sampling=sampling,
                 first_row=a,
-                max_context=cfg.max_context,
+                max_context=self.max_context,
                 episode_timeout_s=cfg.episode_timeout_s,
             )
             for a, b in itertools.pairwise(bounds)
@@ -234,6 +261,21 @@ class Rollouts:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def episode_context(config: RLConfig, model: Any) -> int:
+    """Agent episodes' context limit: ``config.max_context``, capped at the model's own position limit
+    (from its config) with a warning; an episode reaching it ends as truncated, which is recorded."""
+    limit = context_limit(model)
+    if limit is None or config.max_context <= limit or config.mode != "agent":
+        return config.max_context
+    _log.warning(
+        "max_context=%d is beyond the model's limit of %d positions (its config); episodes stop at %d",
+        config.max_context,
+        limit,
+        limit,
+    )
+    return limit
 
 
 def _raise_if_all_failed(results: list[ChunkResult]) -> None:
@@ -263,6 +305,15 @@ class StepBatch:
     old_logprobs: torch.Tensor
     logprob_mask: torch.Tensor
     token_rewards: torch.Tensor
+
+    def to(self, device: torch.device) -> StepBatch:
+        """The same batch with every tensor on ``device``."""
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
 
 
 def _complete_groups(trajs: list[Trajectory | None], group_size: int) -> list[Trajectory]:
@@ -301,6 +352,7 @@ def _grpo_advantages(batch: StepBatch, config: RLConfig) -> tuple[torch.Tensor, 
     """Per-episode group-relative advantages, sequence weights, and the share of flat groups."""
     adv = group_advantages(batch.returns, config.group_size, scale_by_std=config.scale_by_std)
     weights = group_weights(adv.zero_std_groups, config.group_size, config.zero_std)
+    weights = weights.to(batch.returns.device)  # group_weights builds them on the CPU
     return adv.advantages, weights, float(adv.frac_zero_std)
 
 
@@ -467,7 +519,7 @@ def load_checkpoint(path: Path, model: Any, value_head: Any, optimizer: Any) -> 
     """Restore a checkpoint written by :func:`save_checkpoint`; returns the last finished step."""
     from transferlab.coding_rl.policies.adapters import load_trainable_state
 
-    state = torch.load(path, weights_only=True)
+    state = torch.load(path, weights_only=True, map_location="cpu")  # copied onto the model's device
     load_trainable_state(model, state["model"])
     if value_head is not None:
         if state["value_head"] is None:
@@ -493,19 +545,26 @@ class RLResult:
 StepHook = Callable[[int, Any], dict[str, float] | None]
 
 
-def _prepare(model: Any, tokenizer: Any, config: RLConfig, run_dir: Path) -> tuple[Any, Any, Any]:
-    """Save the base policy for the workers, add LoRA / value head, and freeze a reference."""
+def _prepare(
+    model: Any, tokenizer: Any, config: RLConfig, run_dir: Path, device: torch.device, dtype: torch.dtype
+) -> tuple[Any, Any, Any]:
+    """Save the base policy for the workers; move the model to the device and dtype; freeze a reference
+    (only with a KL term); add LoRA (its adapters stay float32, as peft makes them), gradient
+    checkpointing and, for PPO, a float32 value head on the device."""
     from transferlab.coding_rl.policies.model import save_policy
 
     if not (run_dir / "policy-base" / "config.json").exists():
         save_policy(model, tokenizer, run_dir / "policy-base")
+    place_model(model, device, dtype)
     reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
     if reference is not None:
         for p in reference.parameters():
             p.requires_grad_(False)
     if config.lora is not None:
         model = config.lora.apply(model)
-    value_head = ValueHead(model) if config.algo == "ppo" else None
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    value_head = ValueHead(model).to(device) if config.algo == "ppo" else None
     return model, value_head, reference
 
 
@@ -530,14 +589,23 @@ def train_rl(
     samples, same updates as an uninterrupted run. ``on_step(step, model)`` runs after each update
     (e.g. a held-out evaluation) and its metrics are logged. ``stop_after`` ends the call after that
     many iterations (to simulate a kill in tests). Metrics are logged at ``step_offset + step``.
+
+    ``model`` is moved in place to ``config.device`` and cast to ``config.dtype`` (with the frozen
+    reference, which exists only when ``kl_coef > 0``); every batch goes there, and so do the rollout
+    workers (inline: the learner's model itself; local and Ray: the saved base loaded there).
+
+    Raises:
+        DeviceError: ``config.device`` is not available here (e.g. 'cuda' without CUDA).
     """
     if config.algo == "grpo" and config.group_size < 2:
         raise ValueError("GRPO compares episodes within a group: set group_size >= 2")
     if not tasks:
         raise ValueError("no tasks to train on")
+    device = resolve_device(config.device)  # before anything is written: no CUDA is a DeviceError
+    dtype = resolve_dtype(config.dtype, device)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    model, value_head, reference = _prepare(model, tokenizer, config, run_dir)
+    model, value_head, reference = _prepare(model, tokenizer, config, run_dir, device, dtype)
     groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     if value_head is not None:
         groups.append({"params": list(value_head.parameters()), "lr": config.value_lr})
@@ -550,7 +618,7 @@ def train_rl(
     if resume:  # rows after the checkpoint (from step_offset on, without one) are logged again below
         drop_logged_after(logger, step_offset + start - 1)
     history: list[dict[str, float]] = []
-    rollouts = Rollouts(model, tokenizer, config, run_dir)
+    rollouts = Rollouts(model, tokenizer, config, run_dir, device, dtype)
     model.eval()
     try:
         end = config.steps if stop_after is None else min(config.steps, start + stop_after)
@@ -565,7 +633,7 @@ def train_rl(
             metrics = rollout_metrics(trajs, lost)
             # 2. advantages and the clipped update, loss only on the policy's tokens
             if trajs:
-                batch = build_batch(trajs, tokenizer.pad_token_id, config.mask_observations)
+                batch = build_batch(trajs, tokenizer.pad_token_id, config.mask_observations).to(device)
                 metrics.update(update(model, value_head, reference, optimizer, batch, config))
             t_end = time.perf_counter()
             policy_s = sum(r.timings.get("policy_s", 0.0) for t in trajs for r in t.steps)

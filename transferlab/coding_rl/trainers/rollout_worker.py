@@ -49,12 +49,17 @@ class WorkerSpec:
     env_factory: str | None = None
     """Agent mode: 'module:function' building one episode's env (``f(tasks, rewards=, max_steps=)``);
     None = CodeRepair-v0 on the worker's sandbox."""
+    device: str = "cpu"
+    """Where the worker's policy runs ('cpu', 'cuda', 'cuda:N', 'mps' or 'auto'), in its own process."""
+    dtype: str | None = None
+    """The policy's dtype ('float32', 'bfloat16', ...; 'auto' = the device's); None = as saved. The
+    learner's, so worker and learner compute the same log-probs (LoRA adapters stay float32 in both)."""
 
     def __call__(self) -> RolloutWorker:
         """Build the worker (what a pool's factory calls inside the worker process)."""
         from transferlab.coding_rl.policies.model import load_policy
 
-        model, tokenizer = load_policy(self.policy_dir)
+        model, tokenizer = load_policy(self.policy_dir, device=self.device, dtype=self.dtype)
         if self.lora is not None:
             model = self.lora.apply(model)
         return RolloutWorker(model, tokenizer, self)
@@ -125,7 +130,8 @@ class RolloutWorker:
         return self._verifier
 
     def set_weights(self, state: dict[str, torch.Tensor]) -> None:
-        """Follow the learner: copy its trained tensors into this policy."""
+        """Follow the learner: copy its trained tensors (CPU copies) into this policy, on its device and
+        in its dtype."""
         load_trainable_state(self.model, state)
 
     def pid(self) -> int:
