@@ -124,7 +124,7 @@ def test_learn_smoke_from_a_saved_policy_names_it_and_resumes(tmp_path: Path, ti
     assert summary["model"]["path"] == str(tiny_dir) and summary["model"]["context_limit"] == 256
     assert json.loads((run_dir / "config.json").read_text())["model_path"] == str(tiny_dir)
     report = (tmp_path / "report" / "report.md").read_text()
-    assert f"policy: {tiny_dir} (" in report and "trained from scratch" not in report
+    assert f"policy: `{tiny_dir}` (" in report and "trained from scratch" not in report
     arms = {p.name for p in (run_dir / "arms").iterdir()}
     before = {a: (run_dir / "arms" / a / "result.json").stat().st_mtime_ns for a in arms}
     again = CliRunner().invoke(
@@ -154,7 +154,7 @@ def test_learn_smoke_from_a_random_qwen2_checkpoint(tmp_path: Path, qwen2_dir: P
         for key in ("sampled", "greedy"):
             iv = summary["stages"][stage][key]
             assert 0.0 <= iv["low"] <= iv["estimate"] <= iv["high"] <= 1.0, (stage, key, iv)
-    assert f"policy: {qwen2_dir} (" in (tmp_path / "report" / "report.md").read_text()
+    assert f"policy: `{qwen2_dir}` (" in (tmp_path / "report" / "report.md").read_text()
     # the SFT policy was saved with the model's own tokenizer (ChatML), not one trained here
     from transformers import AutoTokenizer
 
@@ -179,4 +179,4 @@ def test_ablations_smoke_from_a_random_qwen2_checkpoint(tmp_path: Path, qwen2_di
     assert summary["model"]["path"] == str(qwen2_dir)
     for arm, row in summary["arms"].items():
         assert 0.0 <= row["held_out"]["estimate"] <= 1.0, arm
-    assert f"policy: {qwen2_dir} (" in (tmp_path / "report" / "report.md").read_text()
+    assert f"policy: `{qwen2_dir}` (" in (tmp_path / "report" / "report.md").read_text()

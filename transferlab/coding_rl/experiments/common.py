@@ -94,8 +94,8 @@ class StartModel:
         return copy.deepcopy(self.model)
 
     def describe(self) -> str:
-        """``PATH (N.NM parameters)``, for reports."""
-        return f"{self.path} ({self.parameters / 1e6:.2f}M parameters)"
+        """The path as a code span and the parameter count, for reports: `` `PATH` (N.NNM parameters)``."""
+        return f"`{self.path}` ({self.parameters / 1e6:.2f}M parameters)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "parameters": self.parameters, "context_limit": self.context_limit}
