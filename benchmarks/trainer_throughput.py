@@ -1,6 +1,6 @@
 """Trainer throughput: our GRPO step (``train_grpo``) against TRL's ``GRPOTrainer``, measured in one run.
 
-Both trainers start from the same tiny policy (one model built from config and seed, optionally SFT-ed as
+Both trainers start from the same policy (one model built from config and seed, optionally SFT-ed as
 in ``transferlab demo``, then deep-copied for each trainer), the same locally trained tokenizer, the same
 toy-task prompts (TRL gets them as text decoded from ``code_prompt_ids``; the benchmark checks that TRL's
 own tokenisation gives back exactly our ids, at start-up and on every step), and one reward callable: the
@@ -11,10 +11,16 @@ does). Settings are matched field by field (:func:`matched_settings`) and the ru
 Each round builds both trainers afresh, runs one warm-up step and then ``--steps`` timed steps each
 (the order alternates between rounds), and counts completion tokens (non-pad, the stop token included,
 as both trainers mask them for the loss) and episodes (completions) as the reward function sees them.
+Two policies by default (``--archs tiny qwen2``): the demo's tiny from-scratch Llama, and a realistic
+architecture, ``AutoModelForCausalLM.from_config(Qwen2Config(...))`` (hidden 384, 8 layers, 6 heads with
+2 key/value heads, MLP 1024, tied embeddings: about 12.7M parameters with our 300-token tokenizer, which
+has the ChatML ``<|im_start|>``/``<|im_end|>`` tokens), built under a fixed seed.
+
 It prints tokens/s, episodes/s, the time split (generation, sandbox reward, everything else: log-prob
 recomputation, loss, backward, optimizer) and the ratio ours / TRL. No timing is asserted.
 
-Usage: python benchmarks/trainer_throughput.py [--steps 10] [--rounds 4] [--out OUT]
+Usage: python benchmarks/trainer_throughput.py [--archs tiny qwen2] [--steps 10] [--qwen2-steps 5]
+[--rounds 4] [--out OUT]
 (every BenchConfig field is a flag; --out docs/results/trainer_throughput writes the .md and .json)
 """
 
@@ -34,10 +40,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, stop_token_ids
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, count_parameters
@@ -59,6 +65,9 @@ from transferlab.coding_rl.trainers.code_rl import (
 from transferlab.platform.config import BaseConfig
 
 TrainerName = Literal["ours", "trl"]
+Arch = Literal["tiny", "qwen2"]
+QWEN2_PARAM_RANGE = (10_000_000, 30_000_000)
+"""The Qwen2 policy's size: a realistic architecture that one CPU thread still trains in seconds a step."""
 
 
 def adamw_defaults() -> dict[str, Any]:
@@ -82,13 +91,51 @@ class BenchConfig(BaseConfig):
         description="One comparison per value: SFT steps on the shared policy before copying it (200 = the "
         "demo's policy, short completions; 0 = untrained, completions near the token limit).",
     )
+    archs: list[Arch] = Field(
+        default=["tiny", "qwen2"],
+        min_length=1,
+        description="Policies to race: 'tiny' (the demo's from-scratch Llama) and/or 'qwen2' (a "
+        "Qwen2Config of 10-30M parameters built with AutoModelForCausalLM.from_config).",
+    )
     n_layer: int = Field(default=2, ge=1, description="Tiny policy layers (demo: 2).")
     d_model: int = Field(default=64, ge=8, description="Tiny policy width (demo: 64, 4 heads).")
+    qwen2_sft_steps: list[int] = Field(
+        default=[0],
+        min_length=1,
+        description="One Qwen2 comparison per value: SFT steps before copying (0 = untrained, completions "
+        "near the token limit; SFT of the 13M-parameter model costs seconds per step on one thread).",
+    )
+    qwen2_steps: int = Field(
+        default=5,
+        ge=1,
+        description="Timed GRPO steps per trainer per round for the Qwen2 policy (a step takes seconds).",
+    )
+    qwen2_hidden: int = Field(default=384, ge=64, description="Qwen2 hidden size.")
+    qwen2_layers: int = Field(default=8, ge=1, description="Qwen2 decoder layers.")
+    qwen2_heads: int = Field(default=6, ge=1, description="Qwen2 attention heads (head dim 64).")
+    qwen2_kv_heads: int = Field(
+        default=2, ge=1, description="Qwen2 key/value heads (grouped-query attention: fewer than heads)."
+    )
+    qwen2_intermediate: int = Field(default=1024, ge=8, description="Qwen2 MLP width (~2.7x hidden).")
     threads: int = Field(default=1, ge=1, description="torch.set_num_threads for both trainers.")
     backend: Literal["forkserver", "subprocess"] = Field(
         default="forkserver", description="Sandbox backend of the reward (subprocess if unavailable)."
     )
     seed: int = Field(default=0, ge=0, description="Seeds the model, SFT and each round's sampling.")
+
+    @model_validator(mode="after")
+    def _qwen2_shape(self) -> Self:
+        if self.qwen2_hidden % self.qwen2_heads:
+            raise ValueError(
+                f"qwen2_hidden={self.qwen2_hidden} is not a multiple of qwen2_heads={self.qwen2_heads}; "
+                "pick qwen2_hidden = qwen2_heads * head_dim"
+            )
+        if self.qwen2_heads % self.qwen2_kv_heads or self.qwen2_kv_heads >= self.qwen2_heads:
+            raise ValueError(
+                f"qwen2_kv_heads={self.qwen2_kv_heads} must be fewer than qwen2_heads={self.qwen2_heads} "
+                "and divide it (grouped-query attention, as in Qwen2.5); e.g. 6 heads, 2 kv heads"
+            )
+        return self
 
 
 # ----------------------------------------------------------------------------------- the shared reward
@@ -168,9 +215,11 @@ class Setup:
 
     config: BenchConfig
     tokenizer: Any
+    arch: Arch
     policy: Any
     """The initial weights; each trainer gets a deep copy."""
-    policy_config: TinyPolicyConfig
+    policy_info: dict[str, Any]
+    """What the policy is (JSON-able): family, shape, parameter count, seed."""
     sft_steps: int
     tasks: list[CodeTask]
     prompt_text: dict[str, str]
@@ -182,15 +231,88 @@ class Setup:
     sandbox_backend: str
 
 
-def build_setup(config: BenchConfig, sft_steps: int, verifier: Verifier, sandbox_backend: str) -> Setup:
-    """Tokenizer, policy (SFT-ed as in the demo) and prompts, as ``transferlab demo`` builds them."""
+def bench_tokenizer() -> Any:
+    """The demo's tokenizer: byte-level BPE (300 tokens, ChatML specials) trained on the toy tasks."""
     train, held = toy_tasks()
     texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train + held] * 20
-    tokenizer = train_tokenizer(texts, vocab_size=300, seed=0)
+    return train_tokenizer(texts, vocab_size=300, seed=0)
+
+
+def tiny_policy(config: BenchConfig, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
+    """The demo's from-scratch Llama (``TinyPolicyConfig``) and its description."""
     policy_config = TinyPolicyConfig(
         n_layer=config.n_layer, d_model=config.d_model, n_head=4, max_positions=128, seed=config.seed
     )
-    policy = policy_config.create(tokenizer)
+    model = policy_config.create(tokenizer)
+    return model, policy_config.to_dict() | {"parameters": count_parameters(model)}
+
+
+def qwen2_config(config: BenchConfig, tokenizer: Any) -> Any:
+    """A ``Qwen2Config`` shaped like a small Qwen2.5 (GQA, SwiGLU, RMSNorm, rotary, tied embeddings)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.qwen2_hidden,
+        intermediate_size=config.qwen2_intermediate,
+        num_hidden_layers=config.qwen2_layers,
+        num_attention_heads=config.qwen2_heads,
+        num_key_value_heads=config.qwen2_kv_heads,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def qwen2_policy(config: BenchConfig, tokenizer: Any) -> tuple[Any, dict[str, Any]]:
+    """``AutoModelForCausalLM.from_config`` on :func:`qwen2_config` under ``torch.manual_seed(seed)``.
+
+    Raises ``ValueError`` when the parameter count falls outside :data:`QWEN2_PARAM_RANGE`.
+    """
+    from transformers import AutoModelForCausalLM
+
+    hf_config = qwen2_config(config, tokenizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="sdpa")
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        setattr(model.generation_config, name, getattr(tokenizer, name))
+    model.eval()
+    parameters = count_parameters(model)
+    low, high = QWEN2_PARAM_RANGE
+    if not low <= parameters <= high:
+        raise ValueError(
+            f"error: the Qwen2 policy has {parameters:,} parameters, outside {low:,}-{high:,}; "
+            "fix: change --qwen2-hidden, --qwen2-layers or --qwen2-intermediate (default 384, 8, 1024)"
+        )
+    info = {
+        "architecture": "qwen2",
+        "model_class": type(model).__name__,
+        "hidden_size": hf_config.hidden_size,
+        "num_hidden_layers": hf_config.num_hidden_layers,
+        "num_attention_heads": hf_config.num_attention_heads,
+        "num_key_value_heads": hf_config.num_key_value_heads,
+        "intermediate_size": hf_config.intermediate_size,
+        "vocab_size": hf_config.vocab_size,
+        "tie_word_embeddings": hf_config.tie_word_embeddings,
+        "max_position_embeddings": hf_config.max_position_embeddings,
+        "attn_implementation": model.config._attn_implementation,
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "parameters": parameters,
+        "seed": config.seed,
+    }
+    return model, info
+
+
+def build_setup(
+    config: BenchConfig, arch: Arch, sft_steps: int, tokenizer: Any, verifier: Verifier, sandbox_backend: str
+) -> Setup:
+    """Policy (SFT-ed as in the demo) and prompts, as ``transferlab demo`` builds them."""
+    train, _ = toy_tasks()
+    policy, info = (tiny_policy if arch == "tiny" else qwen2_policy)(config, tokenizer)
+    if arch == "qwen2":
+        config = config.model_copy(update={"steps": config.qwen2_steps})
     if sft_steps:
         demos = [(t, toy_solution(t)) for t in train]
         train_sft(policy, tokenizer, demos, SFTConfig(steps=sft_steps, batch_size=16, seed=config.seed))
@@ -207,8 +329,9 @@ def build_setup(config: BenchConfig, sft_steps: int, verifier: Verifier, sandbox
     return Setup(
         config,
         tokenizer,
+        arch,
         policy,
-        policy_config,
+        info,
         sft_steps,
         train,
         prompt_text,
@@ -509,7 +632,10 @@ def compare(setup: Setup, log: Callable[[str], None]) -> dict[str, Any]:
     for round_ in range(config.rounds):
         order: list[TrainerName] = ["ours", "trl"] if round_ % 2 == 0 else ["trl", "ours"]
         for name in order:
-            log(f"SFT {setup.sft_steps}, round {round_ + 1}/{config.rounds}: {name}, {config.steps} steps")
+            log(
+                f"{setup.arch}, SFT {setup.sft_steps}, round {round_ + 1}/{config.rounds}: {name}, "
+                f"{config.steps} steps"
+            )
             if name == "ours":
                 runs.append(run_ours(setup, round_))
             else:
@@ -522,7 +648,11 @@ def compare(setup: Setup, log: Callable[[str], None]) -> dict[str, Any]:
         (a.tokens / a.wall_s) / (b.tokens / b.wall_s) for a, b in zip(ours_runs, trl_runs, strict=True)
     ]
     return {
+        "arch": setup.arch,
+        "policy": setup.policy_info,
         "sft_steps": setup.sft_steps,
+        "steps": config.steps,
+        "rounds": config.rounds,
         "ours": ours,
         "trl": trl,
         "ratio_ours_over_trl": {k: ours[k] / trl[k] for k in RATIO_KEYS},
@@ -534,21 +664,22 @@ def compare(setup: Setup, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def run(config: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """One :func:`compare` per ``sft_steps`` value, on one sandbox; the result as a JSON-able dict."""
+    """One :func:`compare` per arch and SFT-steps value, on one sandbox; the result as a JSON-able dict."""
     torch.set_num_threads(config.threads)
     load_start = os.getloadavg()[0]
     sandbox, sandbox_config, fallback = open_backend(SandboxConfig(backend=config.backend, workers=1))
+    tokenizer = bench_tokenizer()
     scenarios = []
     try:
         verifier = Verifier(sandbox, sandbox_config)
-        for sft_steps in config.sft_steps:
-            setup = build_setup(config, sft_steps, verifier, sandbox_config.backend)
-            scenarios.append(compare(setup, log))
+        for arch in config.archs:
+            for sft_steps in config.sft_steps if arch == "tiny" else config.qwen2_sft_steps:
+                setup = build_setup(config, arch, sft_steps, tokenizer, verifier, sandbox_config.backend)
+                scenarios.append(compare(setup, log))
     finally:
         sandbox.close()
     return {
         "config": config.to_dict(),
-        "policy": setup.policy_config.to_dict() | {"parameters": count_parameters(setup.policy)},
         "prompts": len(setup.prompt_ids),
         "sandbox_backend": setup.sandbox_backend,
         "sandbox_fallback": fallback,
@@ -588,10 +719,14 @@ ROWS = [
 
 
 def scenario_title(scenario: dict[str, Any]) -> str:
-    n = scenario["sft_steps"]
-    return (
-        f"policy after SFT {n} steps{' (the demo policy)' if n == 200 else ''}" if n else "untrained policy"
+    n, policy = scenario["sft_steps"], scenario["policy"]
+    arch = (
+        f"Qwen2 ({policy['parameters'] / 1e6:.1f}M parameters)"
+        if scenario["arch"] == "qwen2"
+        else f"tiny {policy['architecture']} ({policy['parameters'] / 1e6:.2f}M parameters)"
     )
+    demo = " (the demo policy)" if n == 200 and scenario["arch"] == "tiny" else ""
+    return f"{arch}, {f'after SFT {n} steps{demo}' if n else 'untrained'}"
 
 
 def table_rows(scenario: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -626,9 +761,36 @@ def print_tables(result: dict[str, Any]) -> None:
         console.print(per_round_line(scenario), highlight=False)
 
 
+def policy_lines(result: dict[str, Any]) -> list[str]:
+    """One settings line per policy raced (from the scenarios, first occurrence of each arch)."""
+    lines, seen = [], set()
+    for scenario in result["scenarios"]:
+        policy = scenario["policy"]
+        if scenario["arch"] in seen:
+            continue
+        seen.add(scenario["arch"])
+        if scenario["arch"] == "qwen2":
+            lines.append(
+                f"- policy `qwen2`: `AutoModelForCausalLM.from_config(Qwen2Config(...))` -> "
+                f"{policy['model_class']}, hidden {policy['hidden_size']}, {policy['num_hidden_layers']} "
+                f"layers, {policy['num_attention_heads']} heads with {policy['num_key_value_heads']} "
+                f"key/value heads (grouped-query attention), MLP {policy['intermediate_size']}, tied "
+                f"embeddings, vocabulary {policy['vocab_size']}, {policy['attn_implementation']} attention, "
+                f"{policy['dtype']}, **{policy['parameters']:,} parameters**, weights from "
+                f"`torch.manual_seed({policy['seed']})`;"
+            )
+        else:
+            lines.append(
+                f"- policy `tiny`: from-scratch {policy['architecture']} (`TinyPolicyConfig`: "
+                f"{policy['n_layer']} layers, width {policy['d_model']}, {policy['n_head']} heads, "
+                f"{policy['parameters']:,} parameters, seed {policy['seed']});"
+            )
+    return lines
+
+
 def render_markdown(result: dict[str, Any], command: str) -> str:
     """The results page: tables, settings, command, machine and date."""
-    cfg, policy, versions = result["config"], result["policy"], result["versions"]
+    cfg, versions = result["config"], result["versions"]
     load = result["load_average_1min"]
     lines = [
         "# Trainer throughput: our GRPO step vs TRL's GRPOTrainer",
@@ -638,7 +800,8 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
         f"trl {versions['trl']}; 1-minute load average {load['start']:.1f} at the start and "
         f"{load['end']:.1f} at the end (other jobs share the cores). Raw numbers: `trainer_throughput.json`.",
         "",
-        f"Totals over {cfg['rounds']} round(s) of 1 warm-up + {cfg['steps']} timed steps per trainer (fresh "
+        f"Totals over {cfg['rounds']} round(s) of 1 warm-up + N timed steps per trainer (N = "
+        f"{cfg['steps']} for the tiny policy, {cfg['qwen2_steps']} for Qwen2; each section says; fresh "
         "trainers each round from the same initial weights, order alternating). Tokens are completion "
         "tokens (non-pad, stop token included: what both trainers' loss masks count), episodes are "
         "completions; both are counted by the shared reward function. A step's time is split into "
@@ -654,17 +817,19 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
             "|---|---:|---:|---:|",
             *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in table_rows(scenario)),
             "",
-            per_round_line(scenario) + ".",
+            f"{scenario['rounds']} rounds of 1 warm-up + {scenario['steps']} timed steps per trainer; "
+            + per_round_line(scenario)
+            + ".",
         ]
     settings = result["scenarios"][-1]["settings"]
     lines += [
         "",
         "## Settings",
         "",
-        f"- policy: from-scratch {policy['architecture']} ({policy['n_layer']} layers, width "
-        f"{policy['d_model']}, {policy['n_head']} heads, {policy['parameters']:,} parameters, seed "
-        f"{policy['seed']}), SFT-ed as in `transferlab demo` for the steps each section names, then "
-        "deep-copied for each trainer; tokenizer trained locally (byte-level BPE, 300 tokens);",
+        *policy_lines(result),
+        "- each policy is SFT-ed as in `transferlab demo` for the steps its section names (if any), then "
+        "deep-copied for each trainer; tokenizer trained locally (byte-level BPE, 300 tokens, ChatML "
+        "`<|im_start|>`/`<|im_end|>` specials), the same for every policy;",
         f"- prompts: the {result['prompts']} toy train tasks' `code_prompt_ids`, given to TRL as decoded "
         "text; TRL's tokenisation checked equal to our ids at start-up and on every step;",
         f"- reward: `sandbox_reward(Verifier(...))` on the {result['sandbox_backend']} sandbox (1 worker), "
@@ -700,8 +865,17 @@ TRL_NOTES = [
     "`skip_special_tokens=True`; the adapter decodes the ids itself, as `generate` does.",
     "- Per step, each trainer runs one teacher-forced forward and backward pass: with one optimizer pass "
     "per batch TRL skips its old-log-prob pass (uses the detached current log-probs), and ours reuses the "
-    "log-probs recorded while sampling. TRL also computes per-token entropies and keeps logits only for "
-    "completion positions (`logits_to_keep`); ours computes them over the whole sequence.",
+    "log-probs recorded while sampling. TRL runs each of the `completions per step` rows whole (prompt + "
+    "completion, `logits_to_keep` for the completion positions) and also computes per-token entropies. "
+    "Ours (`policies/prefix.py`, called by `train_grpo`) runs each group's prompt once with the KV cache "
+    "on and gradients flowing, shares its keys and values with the group's G completions "
+    "(`Cache.reorder_cache`, an `index_select`), then runs the completions against them: the same "
+    "log-probs and gradients up to float rounding (tested), with the prompt tokens computed G times "
+    "fewer. Generation is the same work on both sides: every row's prompt is prefilled, then one token "
+    "per step with the KV cache for all rows until every row has stopped (ours: `generate`, TRL: "
+    "`model.generate` with its default dynamic cache).",
+    "- Both policies are float32 on the CPU with sdpa attention and no gradient checkpointing on either "
+    "side; the Qwen2 model is the same object type (`Qwen2ForCausalLM`) for both, deep-copied.",
     "- Loss: TRL's `dapo` and our `token_mean` both average over all completion tokens of the batch. "
     "Groups whose rewards are all equal get advantage 0 in TRL and weight 0 in ours (`zero_std=drop`): "
     "no gradient either way. Training signal is not compared here, only speed.",

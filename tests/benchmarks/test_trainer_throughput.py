@@ -34,24 +34,42 @@ bench = _load()
 def result() -> dict[str, Any]:
     pytest.importorskip("trl")
     config = bench.BenchConfig(
-        steps=1, rounds=1, sft_steps=[0], tasks_per_step=2, group_size=2, max_new_tokens=4
+        steps=1, qwen2_steps=1, rounds=1, sft_steps=[0], tasks_per_step=2, group_size=2, max_new_tokens=4
     )
     return dict(bench.run(config, log=lambda _: None))
 
 
 @pytest.mark.slow
 def test_both_trainers_ran_one_timed_step_on_the_same_batch_shape(result: dict[str, Any]) -> None:
-    (scenario,) = result["scenarios"]
-    assert [(r["trainer"], r["steps"], r["episodes"]) for r in scenario["runs"]] == [
-        ("ours", 1, 4),
-        ("trl", 1, 4),
-    ]
-    for name in ("ours", "trl"):
-        rates = scenario[name]
-        for key in ("tokens_per_s", "episodes_per_s", "step_s", "generation_s_per_step", "reward_s_per_step"):
-            assert rates[key] > 0, (name, key)
-        assert 1 <= rates["mean_completion_tokens"] <= rates["max_completion_tokens"] <= 4
-    assert all(v > 0 for v in scenario["ratio_ours_over_trl"].values())
+    assert [(s["arch"], s["sft_steps"]) for s in result["scenarios"]] == [("tiny", 0), ("qwen2", 0)]
+    for scenario in result["scenarios"]:
+        assert [(r["trainer"], r["steps"], r["episodes"]) for r in scenario["runs"]] == [
+            ("ours", 1, 4),
+            ("trl", 1, 4),
+        ]
+        for name in ("ours", "trl"):
+            rates = scenario[name]
+            for key in (
+                "tokens_per_s",
+                "episodes_per_s",
+                "step_s",
+                "generation_s_per_step",
+                "reward_s_per_step",
+            ):
+                assert rates[key] > 0, (name, key)
+            assert 1 <= rates["mean_completion_tokens"] <= rates["max_completion_tokens"] <= 4
+        assert all(v > 0 for v in scenario["ratio_ours_over_trl"].values())
+
+
+@pytest.mark.slow
+def test_the_qwen2_policy_is_a_10_to_30m_parameter_qwen2_with_grouped_query_attention(
+    result: dict[str, Any],
+) -> None:
+    policy = result["scenarios"][1]["policy"]
+    assert policy["model_class"] == "Qwen2ForCausalLM"
+    assert 10_000_000 <= policy["parameters"] <= 30_000_000
+    assert policy["num_key_value_heads"] < policy["num_attention_heads"]
+    assert policy["tie_word_embeddings"] and policy["vocab_size"] == 300
 
 
 @pytest.mark.slow
@@ -75,6 +93,7 @@ def test_results_are_written_as_markdown_and_json(result: dict[str, Any], tmp_pa
     bench.write_results(result, tmp_path / "out", "cmd --steps 1")
     text = (tmp_path / "out.md").read_text()
     assert "`cmd --steps 1`" in text and "2-core shared VM" in text and "| tokens/s |" in text
+    assert "## Qwen2 (12.7M parameters), untrained" in text and "policy `qwen2`" in text
     assert json.loads((tmp_path / "out.json").read_text())["command"] == "cmd --steps 1"
 
 
@@ -93,3 +112,19 @@ def test_trl_completions_are_decoded_like_generate() -> None:
 def test_flags_cover_every_config_field() -> None:
     config, out = bench.parse_args(["--steps", "3", "--sft-steps", "5", "0", "--out", "x/y"])
     assert (config.steps, config.sft_steps, out) == (3, [5, 0], Path("x/y"))
+    assert config.archs == ["tiny", "qwen2"]  # make bench races both
+    config, _ = bench.parse_args(["--archs", "qwen2", "--qwen2-steps", "2", "--qwen2-kv-heads", "3"])
+    assert (config.archs, config.qwen2_steps, config.qwen2_kv_heads) == (["qwen2"], 2, 3)
+
+
+def test_a_qwen2_shape_without_grouped_query_attention_is_refused() -> None:
+    with pytest.raises(ValueError, match="qwen2_kv_heads=6 must be fewer than qwen2_heads=6"):
+        bench.BenchConfig(qwen2_kv_heads=6)
+    with pytest.raises(ValueError, match="qwen2_hidden=380 is not a multiple of qwen2_heads=6"):
+        bench.BenchConfig(qwen2_hidden=380)
+
+
+def test_a_qwen2_size_outside_10_to_30m_parameters_is_refused() -> None:
+    tokenizer = bench.bench_tokenizer()
+    with pytest.raises(ValueError, match="outside 10,000,000-30,000,000; fix: change --qwen2-hidden"):
+        bench.qwen2_policy(bench.BenchConfig(qwen2_layers=2), tokenizer)
