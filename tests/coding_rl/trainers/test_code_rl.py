@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import torch
 
+from transferlab.coding_rl.policies.devices import DeviceError
+from transferlab.coding_rl.policies.generation import Sample
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.policies.tokenizer import train_tokenizer
 from transferlab.coding_rl.sandbox.backends import open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
+from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.tasks.toy import toy_solution, toy_tasks
 from transferlab.coding_rl.trainers.code_rl import (
     GRPOConfig,
@@ -140,3 +144,27 @@ def test_a_grpo_config_saved_before_the_merge_still_loads(tmp_path: Path) -> Non
     assert isinstance(loaded, GRPOConfig)
     assert loaded == GRPOConfig(**{k: v for k, v in saved.items() if not k.startswith("_")})
     assert loaded.leave_one_out and loaded.success_reward == 11.0 and loaded.seed == 7
+
+
+def test_grpo_in_bfloat16_trains_in_place_and_cuda_without_cuda_is_refused(
+    tokenizer,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reward that is a plain function of the sampled ids gives the groups a spread; in bfloat16 the
+    weights stay bfloat16 and move, and the KL to the bfloat16 reference is finite."""
+    train, _ = toy_tasks()
+    model = TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=128, seed=0).create(tokenizer)
+    before = {n: p.detach().float().clone() for n, p in model.named_parameters()}
+
+    def id_sum(tasks: Sequence[CodeTask], samples: Sequence[Sample]) -> list[float]:
+        return [float(sum(s.completion_ids) % 7) for s in samples]
+
+    settings = {"steps": 1, "tasks_per_step": 2, "group_size": 4, "max_new_tokens": 12, "kl_coef": 0.05}
+    [metrics] = train_grpo(model, tokenizer, train, id_sum, GRPOConfig(**settings, dtype="bfloat16"))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert any(not torch.equal(before[n], p.detach().float()) for n, p in model.named_parameters())
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert metrics["train/frac_reward_zero_std"] < 1.0  # a real policy-gradient step, not weight decay only
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match="sees no CUDA device"):
+        train_grpo(model, tokenizer, train, id_sum, GRPOConfig(**settings, device="cuda"))
