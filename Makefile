@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.install-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast lint bench gpu-check clean
 
 # Create .venv when missing and install with the constraints (torch==2.13.0, the CPU wheel on disk).
 $(STAMP): pyproject.toml constraints.txt
@@ -35,6 +35,11 @@ bench: install
 	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) benchmarks/trainer_throughput.py
 	$(PY) benchmarks/simulator_speed.py
+
+# The trainer's smoke path on CUDA (a random ~0.5B Qwen2 in bf16: SFT, GRPO, eval). Needs a GPU;
+# CI never runs it. GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny make gpu-check checks the flow on a CPU.
+gpu-check: install
+	scripts/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -653,6 +653,7 @@ def run_eval(
             extra["max_context"] = context
     per_task = dict(zip(taskset.task_ids, shares, strict=True))
     rate, low, high = _cluster_ci(per_task, samples)
+    peak, peak_what = _peak_memory(loaded.device)
     return {
         "model": str(model_path),
         "tasks": taskset.name,
@@ -668,6 +669,8 @@ def run_eval(
         "max_new_tokens": room,
         "device": str(loaded.device),
         "seconds": time.perf_counter() - t0,
+        "peak_memory_gib": peak,
+        "peak_memory_kind": peak_what,
         "per_task": per_task,
     }
 
