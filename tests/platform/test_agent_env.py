@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from transferlab.platform import agent_env
-from transferlab.platform.agent_env import RewardTable, Task, ToolEnv, finish_step
+from transferlab.platform.agent_env import (
+    CUT_REASONS,
+    FAILED,
+    RewardTable,
+    Task,
+    ToolEnv,
+    cut_penalty,
+    finish_step,
+)
 from transferlab.platform.config import ConfigError
 from transferlab.platform.tools import MAX_TEXT
 from transferlab.platform.trajectory import Domain
@@ -30,6 +38,21 @@ def test_weigh_multiplies_each_event_and_sums_in_order() -> None:
     assert list(components) == ["tool_error", "query", "score"]
     assert total == 15.0 and isinstance(total, float)
     assert TABLE.weigh({}) == (0.0, {})
+
+
+@pytest.mark.parametrize("reason", CUT_REASONS)
+@pytest.mark.parametrize("end_only", [False, True])
+def test_a_cut_pays_what_the_step_limit_pays(reason: str, end_only: bool) -> None:
+    table = TABLE.model_copy(update={"end_only": end_only})
+    limit = finish_step("x", {}, {}, terminated=False, step=2, max_steps=2, table=table, ending="y")
+    assert cut_penalty(table, reason) == (limit.reward, limit.info["components"]) == (-4.0, {FAILED: -4.0})
+
+
+def test_cut_penalty_rejects_other_reasons_and_tables_without_task_failed() -> None:
+    with pytest.raises(ValueError, match="unknown cut reason 'steps'"):
+        cut_penalty(TABLE, "steps")  # the env pays its own step limit
+    with pytest.raises(ValueError, match=r"no weight for \['task_failed'\]"):
+        cut_penalty(RewardTable(weights={"query": 0.5}), "context")
 
 
 def test_an_end_only_table_pays_only_the_final_components() -> None:
@@ -95,6 +118,7 @@ class _Board:
 
     domain: Domain = "coding"
     max_steps = 2
+    rewards = TABLE
 
     def __init__(self) -> None:
         self.last_timings: dict[str, float] = {}

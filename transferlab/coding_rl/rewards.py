@@ -4,6 +4,25 @@ The weights, the dense and sparse agent tables and the worked example below (a q
 passes 60% of its tests earns 8.0, an advantage of +0.5 against an expected 7.5) are those of the
 project's founding design note.
 
+How each way a CodeRepair-v0 episode can end pays (the terminal component; a dense table also pays the
+last step's other components, e.g. ``tool_error`` -1 for a garbled last call):
+
+===================================  ===============  ===============
+ending                               dense            sparse
+===================================  ===============  ===============
+submit, verifier passes              task_complete    task_complete
+                                     +20              +20
+submit, verifier fails               task_failed 0    task_failed -5
+step limit (env, ``truncated``)      task_failed 0    task_failed -5
+context limit (rollout cut)          task_failed 0    task_failed -5
+timeout (rollout cut)                task_failed 0    task_failed -5
+===================================  ===============  ===============
+
+The rollout pays the context and timeout cuts with
+:func:`~transferlab.platform.agent_env.cut_penalty`, the step limit's ``task_failed``; so in the sparse
+table an episode that runs out of context or time returns -5, exactly what a failed submit or the step
+limit returns, never more.
+
 >>> spec = CodeRewardSpec()
 >>> code_reward(executed=True, pass_rate=0.6, efficient=True, spec=spec).total
 8.0
@@ -76,7 +95,8 @@ CODING_EVENTS: dict[str, str] = {
     "test_fail": "At least one test of the run failed.",
     "all_tests_pass": "A run of all developer tests passed.",
     "task_complete": "Submitted and the verifier passed every test.",
-    "task_failed": "Submitted (or ran out of steps) and did not pass.",
+    "task_failed": "Submitted and did not pass, or ended without a submit: the step limit (the env), "
+    "the context limit or the timeout (the rollout's cut, cut_penalty). 0 dense, -5 sparse.",
 }
 """Every event CodeRepair-v0 records, and when."""
 
@@ -101,11 +121,13 @@ DENSE_REWARDS = RewardTable(
 )
 """The coding environment's dense table, the founding design note's per-step table. Every component is
 recorded per step, whatever its weight. ``search_code_success`` is not in the note's table but in its
-worked trajectory (step 2, +0.5)."""
+worked trajectory (step 2, +0.5). A failed submit, the step limit, the context limit and the timeout
+each pay ``task_failed`` 0 (the note's table has no failure penalty); success pays +20."""
 SPARSE_REWARDS = DENSE_REWARDS.model_copy(
     update={"weights": {**DENSE_REWARDS.weights, "task_failed": -5.0}, "end_only": True}
 )
-"""+20 on success, -5 on failure, at the end only."""
+"""+20 on success, -5 on failure, at the end only: a failed submit, the step limit, the context limit and
+the timeout each pay -5 (``task_failed``, a final component)."""
 
 
 def reward_table(name: str) -> RewardTable:

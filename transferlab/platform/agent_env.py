@@ -10,12 +10,30 @@ rollout code see only :class:`Task` and :class:`ToolEnv`, so one trainer trains 
 * :class:`ToolEnv` — ``reset(seed=, options={"task": task})`` gives the first observation,
   ``step(action)`` gives ``(observation, reward, terminated, truncated, info)`` with
   ``info["components"]`` (the step's weighed reward components) and ``info["events"]`` (what happened);
-  ``max_steps`` is the step limit, ``render()`` the last observation (``render_mode="ansi"``),
-  ``last_timings`` the seconds the last step spent (kept out of ``info``, which is deterministic).
+  ``max_steps`` is the step limit, ``rewards`` the table it pays by, ``render()`` the last observation
+  (``render_mode="ansi"``), ``last_timings`` the seconds the last step spent (kept out of ``info``,
+  which is deterministic).
 * :class:`ToolEnvFactory` — builds one episode's environment as ``f(tasks, rewards=, max_steps=)``.
 * :class:`RewardTable` — named components and their weights; :meth:`RewardTable.weigh` pays a step.
 * :func:`finish_step` — the tail every step shares: the step limit, the weighed reward and the
   observation within the text space.
+* :func:`cut_penalty` — the terminal reward of an episode the rollout cut (context limit, timeout).
+
+**Endings.** Every way an episode can end pays a defined terminal reward, in every table:
+
+=============  ===========================================  =====================================
+ending         who ends it                                  terminal component(s)
+=============  ===========================================  =====================================
+submit         the env (``terminated``; submit / report)    the domain's success component(s), or
+                                                            ``task_failed`` on a failed submit
+                                                            (coding)
+step limit     the env (``truncated``; :func:`finish_step`) ``task_failed``
+context limit  the rollout (``info["cut"] = "context"``)    ``task_failed`` (:func:`cut_penalty`)
+timeout        the rollout (``info["cut"] = "timeout"``)    ``task_failed`` (:func:`cut_penalty`)
+=============  ===========================================  =====================================
+
+``task_failed`` is a ``final`` component, so a sparse (``end_only``) table pays it too: running out of
+context or time never pays more than running out of steps. Each domain's table states the amounts.
 
 >>> table = RewardTable(
 ...     weights={"query": 0.5, "task_complete": 20.0, "task_failed": -5.0},
@@ -29,6 +47,8 @@ rollout code see only :class:`Task` and :class:`ToolEnv`, so one trainer trains 
 ...                    ending="a report")
 >>> step.observation, step.reward, step.truncated, step.info["events"]
 ('ok\\n(step limit of 3 reached without a report)', -4.5, True, {'query': 1, 'task_failed': 1})
+>>> cut_penalty(table, "context")
+(-5.0, {'task_failed': -5.0})
 """
 
 from __future__ import annotations
@@ -45,17 +65,23 @@ if TYPE_CHECKING:
     from transferlab.platform.trajectory import Domain
 
 __all__ = [
+    "CUT_REASONS",
     "FAILED",
     "RewardTable",
     "StepResult",
     "Task",
     "ToolEnv",
     "ToolEnvFactory",
+    "cut_penalty",
     "finish_step",
 ]
 
 FAILED = "task_failed"
-"""The component every tool environment records when an episode hits its step limit unfinished."""
+"""The component every tool environment records when an episode hits its step limit unfinished (and
+the rollout records when it cuts one, :func:`cut_penalty`)."""
+
+CUT_REASONS: tuple[str, ...] = ("context", "timeout")
+"""Why a rollout may end an episode the env itself has not ended (``info["cut"]`` of the last step)."""
 
 
 @runtime_checkable
@@ -91,6 +117,8 @@ class ToolEnv(Protocol):
     """The domain its trajectories are recorded under."""
     max_steps: int
     """Steps per episode; the step that reaches it without finishing is ``truncated``."""
+    rewards: RewardTable
+    """The table every step is weighed by (and an episode the rollout cuts, :func:`cut_penalty`)."""
     last_timings: dict[str, float]
     """Seconds the last step spent (``env_s``, and ``sandbox_s`` where a sandbox ran)."""
 
@@ -204,3 +232,19 @@ def finish_step(
     reward, components = table.weigh(events)
     info.update(components=components, events=events)
     return StepResult(to_charset(text), reward, terminated, truncated, info)
+
+
+def cut_penalty(table: RewardTable, reason: str) -> tuple[float, dict[str, float]]:
+    """The terminal reward of an episode the rollout cut for ``reason`` (one of :data:`CUT_REASONS`).
+
+    The same as the step limit's: one ``task_failed`` event weighed by ``table`` (so a sparse table pays
+    it too, ``task_failed`` being final). Returns ``(reward, components)`` to add to the last step.
+    Raises ``ValueError`` for another reason or a table without a ``task_failed`` weight.
+    """
+    if reason not in CUT_REASONS:
+        raise ValueError(
+            f"unknown cut reason {reason!r}; a rollout cuts for one of {list(CUT_REASONS)} (the env pays "
+            "its own endings: submit and step limit)"
+        )
+    table.require([FAILED], f"an episode cut by its {reason} limit")
+    return table.weigh({FAILED: 1})

@@ -166,6 +166,8 @@ def test_tiny_max_context_cuts_episodes(
         traj.validate()
         assert len(traj) == 1 and traj.truncated and not traj.terminated
         assert traj.steps[-1].info["cut"] == "context"
+        assert traj.steps[-1].reward_components["task_failed"] == 0.0  # the dense table's task_failed
+        assert traj.steps[-1].info["events"]["task_failed"] == 1
     with pytest.raises(ValueError, match="max_context"):
         policy_episodes(model, tokenizer, envs, tasks, SAMPLING, max_context=longest_prompt)
 
@@ -203,6 +205,7 @@ class EchoEnv:
     """A two-step tool env written only against the contract: it echoes the action's length."""
 
     domain: Domain = "ecommerce"
+    rewards = ECHO_TABLE
 
     def __init__(self) -> None:
         self.max_steps = 2

@@ -53,13 +53,18 @@ class CodeRepairEnv(gym.Env[str, str]):
     the dense table of the project's founding design note (read +0.5, write +0.5, tool error -1, read
     before write +1, write without read -2, test after modify +1.5, redundant -0.5, test pass +3, test
     fail -2, all tests pass +5, task complete +20), or the sparse table (+20 on success, -5 on failure,
-    at the end only). ``info["components"]`` holds every component of the step.
+    at the end only). ``info["components"]`` holds every component of the step. Every ending pays a
+    terminal component: a passing submit ``task_complete`` (+20 in both tables); a failed submit, the
+    step limit, and a rollout's context-limit or timeout cut
+    (:func:`~transferlab.platform.agent_env.cut_penalty` with this env's ``rewards``) ``task_failed``
+    (0 dense, -5 sparse).
 
     ## Starting State
     A task drawn with ``self.np_random`` from the env's tasks, or ``options={"task": task_or_id}``.
 
     ## Episode End
-    ``terminated`` on ``submit``; ``truncated`` after ``max_steps`` steps without a submit.
+    ``terminated`` on ``submit``; ``truncated`` after ``max_steps`` steps without a submit. A rollout
+    may also cut an episode at its context limit or timeout (``info["cut"]``), paying ``task_failed``.
 
     ## Arguments
     ``tasks`` (default: the seed repositories), ``rewards`` ("dense", "sparse" or a table),

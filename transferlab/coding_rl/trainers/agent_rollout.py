@@ -24,7 +24,13 @@ observation.
 below ``max_context`` is stopped after the step that grew it (``truncated=True``,
 ``info["cut"] = "context"``); one whose wall time since its reset passed ``episode_timeout_s`` is
 stopped the same way with ``info["cut"] = "timeout"``; the env's own step limit gives
-``info["cut"] = "steps"``. Masking such episodes (DeepSWE-style) is the trainer's job. The last
+``info["cut"] = "steps"``. Every cut pays a terminal reward: the env pays the step limit's
+``task_failed`` itself, and a context or timeout cut adds
+:func:`~transferlab.platform.agent_env.cut_penalty` (the same ``task_failed``, weighed by the env's own
+``rewards`` table, sparse tables included) to the last step's ``reward`` and ``reward_components``;
+the last step's ``info["events"]`` then holds ``task_failed: 1`` as a step-limit step's does, so an
+episode that runs out of context or time never earns more than one that runs out of steps. Masking
+such episodes (DeepSWE-style) is the trainer's job. The last
 observation of a context-cut episode is still recorded, so its ``token_ids()`` may run past
 ``max_context``; the policy never saw that context.
 
@@ -47,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from transferlab.coding_rl.policies.chat import ChatFormat
 from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, generate
 from transferlab.coding_rl.policies.tokenizer import encode_chat, observation_ids
-from transferlab.platform.agent_env import Task, ToolEnv
+from transferlab.platform.agent_env import FAILED, Task, ToolEnv, cut_penalty
 from transferlab.platform.trajectory import StepRecord, Trajectory
 
 if TYPE_CHECKING:
@@ -130,14 +136,25 @@ def _record(
     policy_s: float,
 ) -> StepRecord:
     k = len(ep.steps)
+    reward = float(res.reward)
+    components = {k_: float(v) for k_, v in res.info["components"].items()}
+    events = {k_: float(v) for k_, v in res.info.get("events", {}).items()}
+    if cut is not None and cut != "steps":  # the env paid the step limit; the rollout pays its own cuts
+        extra, extra_components = cut_penalty(ep.env.rewards, cut)
+        reward += extra
+        for name, value in extra_components.items():
+            components[name] = components.get(name, 0.0) + value
+        events[FAILED] = events.get(FAILED, 0.0) + 1.0
     info: dict[str, Any] = {
         "tool": res.info.get("tool"),
         "tool_ok": res.info.get("tool_ok"),
         "success": res.info.get("success"),
         "stop_reason": sample.stop_reason,
+        "events": events,
     }
     if cut is not None:
         info["cut"] = cut
+        info["success"] = False
     return StepRecord(
         episode_id=ep.episode_id,
         step=k,
@@ -148,8 +165,8 @@ def _record(
         action_logprobs=list(sample.logprobs),
         observation_text=res.obs,
         observation_ids=obs_ids,
-        reward=float(res.reward),
-        reward_components={k_: float(v) for k_, v in res.info["components"].items()},
+        reward=reward,
+        reward_components=components,
         terminated=bool(res.terminated),
         truncated=bool(res.truncated or cut is not None),
         info=info,

@@ -67,8 +67,11 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     ## Rewards
     Named components per step from a :class:`~transferlab.platform.agent_env.RewardTable`: dense
     (query +0.5, check before report +1, redundant -0.5, tool error -1, report without query -2,
-    2 x report score) or sparse (2 x report score at the end, -5 without a report).
-    ``info["components"]`` (also ``info["reward_components"]``) holds every component of the step.
+    2 x report score, -4 without a report) or sparse (2 x report score at the end, -5 without a
+    report). ``info["components"]`` (also ``info["reward_components"]``) holds every component of the
+    step. Every ending pays a terminal component: a report ``report_score`` (2 x its 0-10 score, a
+    success at 8 or more); the step limit, and a rollout's context-limit or timeout cut
+    (:func:`~transferlab.platform.agent_env.cut_penalty` with this env's ``rewards``), ``task_failed``.
 
     ## Starting State
     A task drawn with ``self.np_random`` from the split's tasks (``options={"split": "held_out"}`` for
@@ -77,7 +80,9 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     of this env's ``scenario_config``).
 
     ## Episode End
-    ``terminated`` on ``generate_report``; ``truncated`` after ``max_steps`` steps without one.
+    ``terminated`` on ``generate_report``; ``truncated`` after ``max_steps`` steps without one. A
+    rollout may also cut an episode at its context limit or timeout (``info["cut"]``), paying
+    ``task_failed``.
 
     ## Arguments
     ``n_tasks`` per split (default 30), ``reward_mode`` ("dense", "sparse" or a table), ``max_steps``

@@ -29,10 +29,26 @@ redundant_query            -0.5    redundant_action (the same call twice)
 tool_error                 -1.0    tool_error (malformed call, bad argument)
 report_without_query       -2.0    write_without_read (generate_report before any query)
 report_score               x2.0    task_complete (+20 for a 10/10 report)
-task_failed                -4.0    no report within max_steps (-5 in the sparse table)
+task_failed                -4.0    no report: the step limit, the context limit or the
+                                   timeout (-5 in the sparse table)
 =========================  ======  =====================================================
 
-The sparse table pays only ``report_score`` and ``task_failed`` at the end. Human expert ratings
+The sparse table pays only ``report_score`` and ``task_failed`` at the end. How each way an episode can
+end pays (the terminal component; dense also pays the last step's other components):
+
+===================================  ===================  ===================
+ending                               dense                sparse
+===================================  ===================  ===================
+report scoring >= 8 (success)        2 x score (16..20)   2 x score (16..20)
+report scoring < 8 (failure)         2 x score (0..<16)   2 x score (0..<16)
+step limit (env, ``truncated``)      task_failed -4       task_failed -5
+context limit (rollout cut)          task_failed -4       task_failed -5
+timeout (rollout cut)                task_failed -4       task_failed -5
+===================================  ===================  ===================
+
+The rollout pays the context and timeout cuts with
+:func:`~transferlab.platform.agent_env.cut_penalty`, the step limit's ``task_failed``: in the sparse
+table an episode without a report returns -5, below any report (a 0/10 report returns 0). Human expert ratings
 (0-10, ``ReviewService.rate(subject=report_subject(...))``) replace the rubric as the final reward
 through :func:`human_report_reward`; :func:`rubric_human_agreement` says how far the two agree.
 
@@ -139,7 +155,8 @@ OPS_EVENTS: dict[str, str] = {
     "tool_error": "Malformed, unknown or failed tool call.",
     "report_without_query": "generate_report before any query.",
     "report_score": "Multiplies the report's 0-10 score (rubric or human).",
-    "task_failed": "No report within the step budget. Below the most the queries can pay (7 x 0.5), so "
+    "task_failed": "No report: the step limit (the env), the context limit or the timeout (the "
+    "rollout's cut, cut_penalty); -4 dense, -5 sparse. Below the most the queries can pay (7 x 0.5), so "
     "that querying without ever reporting never beats reporting: at 0, GRPO on a weak policy learned "
     "to query until the step limit.",
 }
@@ -162,11 +179,13 @@ DENSE_OPS_REWARDS = RewardTable(
 SPARSE_OPS_REWARDS = DENSE_OPS_REWARDS.model_copy(
     update={"weights": {**DENSE_OPS_REWARDS.weights, "task_failed": -5.0}, "end_only": True}
 )
-"""2 x report score at the end, -5 without a report."""
+"""2 x report score at the end, -5 without a report (the step limit, the context limit or the timeout;
+``task_failed``, a final component)."""
 
 
 def ops_reward_table(name: str) -> RewardTable:
-    """``dense`` or ``sparse`` (2 x report score at the end, -5 without a report)."""
+    """``dense`` or ``sparse`` (2 x report score at the end, -5 without a report: step, context or time
+    limit)."""
     tables = {"dense": DENSE_OPS_REWARDS, "sparse": SPARSE_OPS_REWARDS}
     if name not in tables:
         raise ValueError(f"unknown reward table {name!r}; choose one of {sorted(tables)}")
