@@ -41,7 +41,8 @@ from transferlab.coding_rl.trainers.workers import (
 ray = pytest.importorskip("ray")
 
 FACTORY = functools.partial(DiagnosticWorker, state="s0")
-RAY_CLI = Path(sys.executable).with_name("ray")
+_BESIDE = Path(sys.executable).with_name("ray")
+RAY_CLI = str(_BESIDE) if _BESIDE.exists() else shutil.which("ray")
 NODE_START_S = 180.0  # a node takes 10-35 s to come up on a busy 2-core machine
 
 
@@ -122,15 +123,14 @@ def start_node(args: list[str], temp_dir: str, log: Path) -> subprocess.Popen[by
         "metrics-export-port",
         "runtime-env-agent-port",
     }
-    cmd = [str(RAY_CLI), "start", "--block", *args, "--num-cpus=1", "--object-store-memory=200000000"]
+    assert RAY_CLI is not None
+    cmd = [RAY_CLI, "start", "--block", *args, "--num-cpus=1", "--object-store-memory=200000000"]
     cmd += [
         "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
         *(f"--{p}={free_port()}" for p in sorted(ports)),
     ]
-    # token authentication off: the driver (this process) may hold another cluster's token settings
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # RAY_AUTH_MODE=token: see cluster
     with log.open("wb") as out:
         process = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + NODE_START_S
@@ -155,36 +155,38 @@ def stop_node(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Two nodes on this machine: a head and a worker node that declares one (virtual) GPU."""
-    if not RAY_CLI.exists() and shutil.which("ray") is None:
-        pytest.skip(f"the ray CLI is not installed (looked for {RAY_CLI} and on PATH)")
+    """Two nodes on this machine: a head and a worker node that declares one (virtual) GPU.
+
+    Token authentication on, Ray 2.60's default, with the user's token (``~/.ray/auth_token``, which
+    any local ``ray.init`` creates): a process that has started a local Ray is in token mode for good,
+    and a driver in token mode cannot serve the actors of a cluster without it (they die at startup).
+    """
+    if RAY_CLI is None:
+        pytest.skip(f"the ray CLI is not installed (not beside {sys.executable}, not on PATH)")
     assert not ray.is_initialized(), "another test left this process connected to Ray"
+    subprocess.run([RAY_CLI, "get-auth-token", "--generate"], check=True, capture_output=True)
     logs = tmp_path_factory.mktemp("ray-logs")
     temp_dirs = [tempfile.mkdtemp(prefix="tlray", dir="/tmp") for _ in range(2)]  # short: socket paths
     port = free_port()
-    head_args = [
-        "--head",
-        f"--port={port}",
-        "--include-dashboard=false",
-        f"--ray-client-server-port={free_port()}",
-    ]
-    head = start_node(head_args, temp_dirs[0], logs / "head.log")
-    try:
-        worker = start_node(
-            [f"--address=127.0.0.1:{port}", "--num-gpus=1"], temp_dirs[1], logs / "worker.log"
-        )
-    except BaseException:
-        stop_node(head)
-        raise
-    try:
-        yield Cluster(f"127.0.0.1:{port}", head, worker)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        stop_node(worker)
-        stop_node(head)
-        for d in temp_dirs:
-            shutil.rmtree(d, ignore_errors=True)
+    head_args = ["--head", f"--port={port}", "--include-dashboard=false"]
+    nodes: list[subprocess.Popen[bytes]] = []
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_AUTH_MODE", "token")  # for the nodes and for this driver, whose Ray config
+        ray._raylet.Config.initialize("")  # was read at import: read it again, as Ray does on a switch
+        try:
+            ports = [f"--ray-client-server-port={free_port()}"]
+            nodes.append(start_node([*head_args, *ports], temp_dirs[0], logs / "head.log"))
+            worker_args = [f"--address=127.0.0.1:{port}", "--num-gpus=1"]
+            nodes.append(start_node(worker_args, temp_dirs[1], logs / "worker.log"))
+            yield Cluster(f"127.0.0.1:{port}", *nodes)
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+            for node in reversed(nodes):
+                stop_node(node)
+            for d in temp_dirs:
+                shutil.rmtree(d, ignore_errors=True)
+    ray._raylet.Config.initialize("")  # this process's previous RAY_AUTH_MODE
 
 
 def alive_nodes() -> set[str]:

@@ -896,8 +896,9 @@ def make_pool(
         startup_timeout_s: how long a worker may take to build, and a replacement to replay the sticky calls.
         ray_address: ``"ray"`` only: the cluster to join, ``HOST:PORT`` or ``auto``; None reads
             ``$RAY_ADDRESS``, and without it a local Ray starts (:func:`resolve_ray_address`).
-        num_gpus: ``"ray"`` only: the GPUs each actor reserves (a fraction shares one); 0 hides the
-            GPUs from the workers. The other backends ignore both.
+        num_gpus: ``"ray"`` only: the GPUs each actor reserves (a fraction shares one); Ray sets the
+            actor's ``CUDA_VISIBLE_DEVICES`` to them. With 0 the actor reserves none, and Ray (2.60)
+            leaves ``CUDA_VISIBLE_DEVICES`` alone. The other backends ignore both.
 
     Raises:
         WorkerError: a worker failed to start (the message holds its traceback) or timed out doing so.
