@@ -111,6 +111,7 @@ class _EchoEnv:
     """Three tool turns that answer with the action's length."""
 
     domain: Domain = "coding"
+    rewards = TABLE
 
     def __init__(self) -> None:
         self.max_steps, self.steps, self.last_timings = 3, 0, {"env_s": 0.0}
