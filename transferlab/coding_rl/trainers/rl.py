@@ -170,6 +170,13 @@ class RLConfig(BaseConfig):
         description="Recompute activations in the backward pass instead of storing them (less memory, "
         "about a third more compute); generation keeps its KV cache.",
     )
+    gpus_per_worker: float = Field(
+        default=1.0,
+        gt=0,
+        le=8,
+        description="Ray backend on CUDA: GPUs each rollout actor reserves. 1 = a GPU per actor (a "
+        "cluster of GPU nodes); a fraction such as 0.25 lets several actors (and the learner) share one GPU.",
+    )
     ray_address: str | None = Field(
         default=None,
         description="Ray cluster for the 'ray' rollout backend: the head's HOST:PORT as `ray start --head` "
@@ -216,7 +223,7 @@ class Rollouts:
                 self.spec,
                 size=config.rollout_workers,
                 ray_address=config.ray_address,
-                num_gpus=1.0 if device.type == "cuda" else 0.0,  # Ray: one GPU per rollout actor
+                num_gpus=config.gpus_per_worker if device.type == "cuda" else 0.0,
             )
 
     def sync(self, model: Any) -> None:
