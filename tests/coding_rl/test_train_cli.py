@@ -219,7 +219,7 @@ def test_prompts_longer_than_the_context_are_reported_not_cut(tiny: Path, tmp_pa
 def test_each_hf_family_trains_sft_and_grpo_and_evaluates(family: str, tmp_path: Path) -> None:
     base = tmp_path / family
     init = ok(coding("model", "init", "--family", family, "--size", "tiny", "--out", base))
-    assert f"wrote {base}: {family} tiny" in init.stdout
+    assert f"wrote {base}: family {family}, size tiny" in init.stdout
     ok(train("sft", base, tmp_path / "sft", tmp_path))
     assert_reloads_changed(base, tmp_path / "sft")
     ok(train("grpo", tmp_path / "sft", tmp_path / "grpo", tmp_path, "--rollout-backend", "local"))

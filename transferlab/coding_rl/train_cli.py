@@ -310,7 +310,7 @@ def model_init(
         fail(f"--out {out} exists and is not an empty directory; pick a new directory")
     model, tokenizer, context = init_model(family.value, size.value, out, seed)
     typer.echo(
-        f"wrote {out}: {family.value} {size.value}, {model / 1e6:.2f}M parameters, "
+        f"wrote {out}: family {family.value}, size {size.value}, {model / 1e6:.2f}M parameters, "
         f"vocabulary {len(tokenizer)}, context {context}"
     )
 
