@@ -14,6 +14,9 @@ from transferlab.platform.stats import (
     clustered_bootstrap_ci,
     clustered_bootstrap_diff_ci,
     first_crossing,
+    mde,
+    verdict,
+    verdict_sentence,
 )
 
 # ------------------------------------------------------------------------------------ bootstrap_ci
@@ -230,3 +233,58 @@ def test_first_crossing_rejects_unsorted_x_and_mismatched_lengths() -> None:
         first_crossing([0, 2, 1], [0.0, 0.5, 1.0], 0.5)
     with pytest.raises(ValueError, match="equal length"):
         first_crossing([0, 1], [0.0, 0.5, 1.0], 0.5)
+
+
+# ------------------------------------------------------------------------------- mde and verdicts
+
+
+def test_mde_by_hand_at_95_percent_and_80_percent_power() -> None:
+    # SE = 0.2 / (2 * 1.959964) ; MDE = (1.959964 + 0.841621) * SE = 0.1 * 2.801585 / 1.959964
+    assert mde(-0.1, 0.1) == pytest.approx(0.1 * (1.959964 + 0.841621) / 1.959964, abs=1e-6)
+    assert mde(-0.1, 0.1) == pytest.approx(0.14294, abs=1e-5)
+    # only the width matters, and it scales linearly
+    assert mde(0.3, 0.5) == pytest.approx(mde(-0.1, 0.1))
+    assert mde(0.0, 0.4) == pytest.approx(2 * mde(-0.1, 0.1))
+
+
+def test_mde_other_level_and_power_by_hand() -> None:
+    # 90% interval: z = 1.644854; 90% power: z = 1.281552; half-width 1 -> (1.644854 + 1.281552) / 1.644854
+    assert mde(-1.0, 1.0, level=0.9, power=0.9) == pytest.approx(2.926406 / 1.644854, abs=1e-6)
+
+
+def test_mde_of_a_zero_width_interval_is_zero_and_bad_intervals_are_rejected() -> None:
+    assert mde(0.2, 0.2) == 0.0
+    with pytest.raises(ValueError, match="low <= high"):
+        mde(0.2, 0.1)
+    with pytest.raises(ValueError, match="low <= high"):
+        mde(math.nan, 0.1)
+    with pytest.raises(ValueError, match="power"):
+        mde(0.0, 0.1, power=1.0)
+
+
+def test_verdict_calls_a_change_only_when_the_interval_excludes_zero() -> None:
+    assert verdict(0.123, (0.041, 0.205), 0.12) == "improved"
+    assert verdict(-0.123, (-0.205, -0.041), 0.12) == "worse"
+    assert verdict(0.139, (-0.003, 0.231), 0.17) == "no detectable change"
+    assert verdict(0.05, (0.0, 0.1), 0.07) == "no detectable change"  # touching zero is not excluding it
+    assert verdict(0.0, (0.0, 0.0), 0.0) == "no detectable change"
+
+
+def test_verdict_sentences_by_hand() -> None:
+    assert verdict_sentence(0.123, (0.041, 0.205), 0.117) == "improved: +12.3 points [4.1, 20.5]"
+    assert verdict_sentence(-0.1, (-0.2, -0.05), 0.1) == "worse: \u221210.0 points [\u221220.0, \u22125.0]"
+    null = verdict_sentence(0.012, (-0.06, 0.084), mde(-0.06, 0.084), name="grpo - sft")
+    assert null == (
+        "grpo - sft: pipeline ran, no detectable change: +1.2 points [\u22126.0, 8.4] (MDE 10.3 points)"
+    )
+    assert "improved" not in null
+    assert verdict_sentence(0.5, (0.2, 0.9), 0.4, unit="nats", scale=1) == "improved: +0.5 nats [0.2, 0.9]"
+
+
+def test_verdict_rejects_inconsistent_inputs() -> None:
+    with pytest.raises(ValueError, match="low <= high"):
+        verdict(0.1, (0.2, 0.0), 0.1)
+    with pytest.raises(ValueError, match="pair"):
+        verdict(0.1, (0.0,), 0.1)
+    with pytest.raises(ValueError, match="MDE >= 0"):
+        verdict(0.1, (0.0, 0.2), -1.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
@@ -32,6 +33,9 @@ __all__ = [
     "clustered_bootstrap_ci",
     "clustered_bootstrap_diff_ci",
     "first_crossing",
+    "mde",
+    "verdict",
+    "verdict_sentence",
 ]
 
 Stat = Literal["mean", "median"]
@@ -366,3 +370,105 @@ def first_crossing(
         return float(xs[0])
     x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
     return float(x0 + (threshold - y0) * (x1 - x0) / (y1 - y0))
+
+
+# --------------------------------------------------------------------------------- what a null means
+
+Verdict = Literal["improved", "worse", "no detectable change"]
+"""What a difference with an interval says: only an interval that excludes zero is a change."""
+
+
+def mde(ci_low: float, ci_high: float, level: float = 0.95, power: float = 0.8) -> float:
+    """The minimum detectable effect of a difference whose ``level`` interval is ``[ci_low, ci_high]``.
+
+    The interval's half-width is ``z_{1-α/2}`` standard errors (normal approximation), so
+    ``SE = (ci_high - ci_low) / (2 z_{1-α/2})``, and a true effect of ``(z_{1-α/2} + z_power) × SE``
+    would give an interval that excludes zero with probability ``power``. At 95% / 80% that is about
+    1.43 × the half-width. A zero-width interval gives 0 (nothing more can be said at that size).
+
+    >>> round(mde(-0.1, 0.1), 5)
+    0.14294
+    """
+    if not (math.isfinite(ci_low) and math.isfinite(ci_high)) or ci_high < ci_low:
+        raise ValueError(
+            f"the interval must be finite with low <= high, got [{ci_low!r}, {ci_high!r}]; "
+            "pass the difference's (low, high) bounds"
+        )
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must be strictly between 0 and 1 (e.g. 0.8), got {power!r}")
+    normal = NormalDist()
+    z_level = normal.inv_cdf(1.0 - (1.0 - level) / 2.0)
+    se = (ci_high - ci_low) / (2.0 * z_level)
+    return (z_level + normal.inv_cdf(power)) * se
+
+
+def _check_verdict_args(estimate: float, ci: Sequence[float], mde: float) -> tuple[float, float]:
+    if len(ci) != 2:
+        raise ValueError(f"ci must be a (low, high) pair, got {list(ci)!r}")
+    low, high = float(ci[0]), float(ci[1])
+    if not all(math.isfinite(v) for v in (estimate, low, high, mde)) or high < low or mde < 0:
+        raise ValueError(
+            f"a verdict needs a finite estimate, an interval with low <= high and an MDE >= 0, got "
+            f"estimate {estimate!r}, ci [{low!r}, {high!r}], mde {mde!r}"
+        )
+    return low, high
+
+
+def verdict(
+    estimate: float, ci: Sequence[float], mde: float, *, unit: str = "points", scale: float = 100
+) -> Verdict:
+    """``"improved"`` only when the whole interval is above zero, ``"worse"`` when it is below.
+
+    An interval that touches or includes zero is ``"no detectable change"``, whatever the estimate.
+    ``unit`` and ``scale`` are not used for the decision; they are accepted so that this and
+    :func:`verdict_sentence` take the same arguments.
+
+    >>> verdict(0.05, (-0.01, 0.11), 0.09)
+    'no detectable change'
+    """
+    del unit, scale
+    low, high = _check_verdict_args(estimate, ci, mde)
+    if low > 0:
+        return "improved"
+    if high < 0:
+        return "worse"
+    return "no detectable change"
+
+
+def _signed(value: float, spec: str, plus: bool) -> str:
+    """``value`` with a true minus sign (and a ``+`` for positives when ``plus``)."""
+    text = f"{abs(value):{spec}}"
+    if float(text) == 0.0:
+        return f"+{text}" if plus else text
+    if value < 0:
+        return f"\u2212{text}"
+    return f"+{text}" if plus else text
+
+
+def verdict_sentence(
+    estimate: float,
+    ci: Sequence[float],
+    mde: float,
+    *,
+    unit: str = "points",
+    scale: float = 100,
+    name: str | None = None,
+) -> str:
+    """The verdict as a report line, values multiplied by ``scale`` (100: shares as points).
+
+    >>> verdict_sentence(0.123, (0.041, 0.205), 0.117)
+    'improved: +12.3 points [4.1, 20.5]'
+    >>> verdict_sentence(0.012, (-0.06, 0.084), 0.103, name="grpo - sft")
+    'grpo - sft: pipeline ran, no detectable change: +1.2 points [\u22126.0, 8.4] (MDE 10.3 points)'
+    """
+    kind = verdict(estimate, ci, mde, unit=unit, scale=scale)
+    low, high = (float(v) for v in ci)
+    interval = f"[{_signed(low * scale, '.1f', False)}, {_signed(high * scale, '.1f', False)}]"
+    figure = f"{_signed(estimate * scale, '.1f', True)} {unit} {interval}"
+    if kind == "no detectable change":
+        line = f"pipeline ran, no detectable change: {figure} (MDE {mde * scale:.1f} {unit})"
+    else:
+        line = f"{kind}: {figure}"
+    return f"{name}: {line}" if name else line
