@@ -28,6 +28,15 @@ def test_toy_repos_and_seed_are_agent_tasks_with_expert_plans() -> None:
     assert seed.max_plan_steps() == 7
 
 
+def test_procedural_is_agent_tasks_split_by_function_with_expert_plans() -> None:
+    train, held = resolve_tasks("procedural", "train"), resolve_tasks("procedural", "held-out")
+    assert train.mode == held.mode == "agent"
+    assert len(train.tasks) >= 300 and held.tasks
+    assert {t.meta.split for t in held.tasks} == {"held-out"}
+    assert not {t.meta.group for t in train.tasks} & {t.meta.group for t in held.tasks}
+    assert held.max_plan_steps() == 7  # the scripted expert's read, search, read, edit, test, test, submit
+
+
 def test_a_corpus_directory_splits_by_each_tasks_split(tmp_path: Path) -> None:
     save_repo_task(calculator_task(), tmp_path)
     save_repo_task(binary_search_task().model_copy(update={"meta": _held_out_meta()}), tmp_path)

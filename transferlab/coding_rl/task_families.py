@@ -5,6 +5,9 @@
 * ``toy-repos`` — the same functions as multi-turn CodeRepair-v0 repositories
   (:func:`~transferlab.coding_rl.tasks.toy.toy_repo_tasks`), mode ``agent``; demonstrations play the
   expert's short plan (:func:`~transferlab.coding_rl.tasks.toy.toy_repo_plan`) in the environment;
+* ``procedural`` — generated one-module repositories (1-3 functions each) with mutation-operator bugs
+  (:func:`~transferlab.coding_rl.tasks.procedural.procedural_repo_tasks` at its defaults, split by
+  function), mode ``agent``;
 * ``seed`` — the three seed repositories (calculator, binary search, quick sort), mode ``agent``;
 * a directory built by ``transferlab coding tasks build`` — its repository tasks, mode ``agent``.
 
@@ -37,7 +40,7 @@ __all__ = [
     "resolve_tasks",
 ]
 
-FAMILIES: Final = ("toy", "toy-repos", "seed")
+FAMILIES: Final = ("toy", "toy-repos", "procedural", "seed")
 """The built-in task families (besides a corpus directory)."""
 SPLITS: Final = ("train", "held-out")
 HELD_OUT_FRACTION: Final = 0.25
@@ -155,6 +158,11 @@ def resolve_tasks(spec: str, split: str) -> TaskSet:
     if spec == "toy-repos":
         tasks: Sequence[Any] = _toy_repos(chosen)
         return TaskSet("toy-repos", chosen, "agent", list(tasks))
+    if spec == "procedural":
+        from transferlab.coding_rl.tasks.procedural import procedural_repo_tasks
+
+        train, held = procedural_repo_tasks(held_out_fraction=HELD_OUT_FRACTION)
+        return TaskSet("procedural", chosen, "agent", train if chosen == "train" else held)
     if spec == "seed":
         from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
 

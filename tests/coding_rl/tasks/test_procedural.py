@@ -1,0 +1,139 @@
+"""Procedural repository tasks: deterministic, split by function, valid in the real sandbox, solved by
+the scripted expert in CodeRepair-v0, and small enough for a tiny policy's context."""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from collections.abc import Iterator
+
+import pytest
+
+from transferlab.coding_rl.agents import expert_plan
+from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+from transferlab.coding_rl.sandbox.verifier import Verifier
+from transferlab.coding_rl.tasks.corpus import open_verifier
+from transferlab.coding_rl.tasks.mutations import OPERATORS
+from transferlab.coding_rl.tasks.procedural import bug_kinds, max_functions, procedural_repo_tasks
+from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.coding_rl.tasks.validate import CHECKS, validate_tasks
+
+Tasks = tuple[list[RepoTask], list[RepoTask]]
+
+
+@pytest.fixture(scope="module")
+def default() -> Tasks:
+    return procedural_repo_tasks()
+
+
+@pytest.fixture(scope="module")
+def verifier() -> Iterator[Verifier]:
+    with open_verifier(workers=2) as v:
+        yield v
+
+
+def _sample(tasks: list[RepoTask], k: int, seed: int) -> list[RepoTask]:
+    return random.Random(seed).sample(tasks, k)
+
+
+class _Canonical(ast.NodeTransformer):
+    """A function with its name and arguments renamed to f, arg0, arg1 (the computation only)."""
+
+    def __init__(self, fn: ast.FunctionDef) -> None:
+        self.names = {a.arg: f"arg{i}" for i, a in enumerate(fn.args.args)}
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.names.get(node.id, node.id), node.ctx)
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        return ast.arg(self.names.get(node.arg, node.arg))
+
+
+def _functions(task: RepoTask) -> tuple[set[str], set[str]]:
+    """(names, canonical bodies) of every function in the task's reference module."""
+    defs = [n for n in ast.parse(task.reference_source).body if isinstance(n, ast.FunctionDef)]
+    bodies = set()
+    for fn in defs:
+        canonical = _Canonical(fn).visit(ast.parse(ast.unparse(fn)).body[0])
+        canonical.name = "f"
+        bodies.add(ast.unparse(canonical))
+    return {fn.name for fn in defs}, bodies
+
+
+def test_same_seed_same_tasks_and_another_seed_others() -> None:
+    first, again, other = (procedural_repo_tasks(40, seed=s) for s in (3, 3, 4))
+    assert first == again
+    assert [t.task_id for t in first[0]] != [t.task_id for t in other[0]]
+
+
+def test_the_split_never_shares_a_function(default: Tasks) -> None:
+    train, held = default
+    assert {t.meta.split for t in train} == {"train"} and {t.meta.split for t in held} == {"held-out"}
+    assert not {t.meta.group for t in train} & {t.meta.group for t in held}
+    assert not {t.meta.source_path for t in train} & {t.meta.source_path for t in held}
+    names = [set().union(*(_functions(t)[0] for t in side)) for side in (train, held)]
+    bodies = [set().union(*(_functions(t)[1] for t in side)) for side in (train, held)]
+    assert names[0] and names[1] and not names[0] & names[1]
+    assert bodies[0] and bodies[1] and not bodies[0] & bodies[1]  # not even under other names
+
+
+def test_counts_kinds_and_sizes_at_the_defaults(default: Tasks) -> None:
+    train, held = default
+    every = train + held
+    assert len(train) >= 300 and len(held) >= 75
+    assert len({t.task_id for t in every}) == len(every)
+    groups = {t.meta.group for t in every}
+    held_groups = {t.meta.group for t in held}
+    assert 0.15 < len(held_groups) / len(groups) < 0.35  # modules are held out, 1-3 functions each
+    kinds = bug_kinds(every)
+    assert set(kinds) == set(OPERATORS)  # every operator makes some task
+    assert max(kinds.values()) < 0.5 * len(every)
+    assert all(len(t.buggy_source.splitlines()) <= 25 and len(t.files) == 2 for t in every)
+    assert len({t.meta.source_path for t in every}) > 100
+
+
+def test_every_task_is_fixed_by_one_line_and_tested_enough(default: Tasks) -> None:
+    for task in default[0] + default[1]:
+        bug, buggy, ref = task.meta.bug, task.buggy_source, task.reference_source
+        assert buggy.count(bug.after) == 1 and buggy.replace(bug.after, bug.before, 1) == ref, task.task_id
+        own = [c for c in task.dev_tests if c.call == task.meta.entry_point]
+        assert len(own) >= 4 and len(task.hidden_tests) >= 3, task.task_id
+        failing = task.meta.provenance["failing_dev_test"]
+        call = f"{task.meta.entry_point}({', '.join(repr(a) for a in task.dev_tests[failing].call_args())})"
+        assert call in task.meta.issue, task.task_id
+
+
+def test_a_sample_is_valid_in_the_sandbox(default: Tasks, verifier: Verifier) -> None:
+    sample = _sample(default[0], 14, seed=0) + _sample(default[1], 6, seed=0)
+    results = validate_tasks(sample, verifier, reruns=3)
+    failed = {r.task_id: r.failed_checks() for r in results if not r.ok}
+    assert failed == {}
+    assert all(set(r.checks) == set(CHECKS) for r in results)
+
+
+def test_the_expert_solves_a_sample_in_code_repair(default: Tasks, verifier: Verifier) -> None:
+    sample = _sample(default[0], 4, seed=1) + _sample(default[1], 2, seed=1)
+    env = CodeRepairEnv(sample, sandbox=verifier.backend, max_steps=7)
+    try:
+        for task in sample:
+            env.reset(options={"task": task.task_id})
+            plan = expert_plan(task)
+            assert json.loads(plan[3])["action"] == "edit_file"  # the one-line fix, not a rewrite
+            for action in plan:
+                _, _, terminated, truncated, info = env.step(action)
+                assert info["tool_ok"], (task.task_id, action)
+            assert terminated and not truncated and info["success"] is True, task.task_id
+            failing_run = json.loads(plan[4])["target"]
+            assert failing_run.endswith(f"::test_{task.meta.provenance['failing_dev_test']}")
+    finally:
+        env.close()
+
+
+def test_bad_arguments_name_the_fix() -> None:
+    with pytest.raises(ValueError, match=rf"n_functions must be in 2\.\.{max_functions()}"):
+        procedural_repo_tasks(1)
+    with pytest.raises(ValueError, match="held_out_fraction must be in"):
+        procedural_repo_tasks(10, held_out_fraction=0.0)
+    with pytest.raises(ValueError, match="max_bugs_per_function must be >= 1"):
+        procedural_repo_tasks(10, max_bugs_per_function=0)
