@@ -90,7 +90,7 @@ TasksOption = Annotated[
     str | None,
     typer.Option(
         "--tasks",
-        help="toy | toy-repos | seed | a corpus directory (coding tasks build).",
+        help="toy | toy-repos | seed | procedural | a corpus directory (coding tasks build).",
         show_default=False,
     ),
 ]
@@ -260,7 +260,9 @@ def eval_command(
             "--model", help="A local Hugging Face causal LM directory, a train checkpoint or LoRA adapters."
         ),
     ],
-    tasks: Annotated[str, typer.Option("--tasks", help="toy | toy-repos | seed | a corpus directory.")],
+    tasks: Annotated[
+        str, typer.Option("--tasks", help="toy | toy-repos | seed | procedural | a corpus directory.")
+    ],
     split: Annotated[str, typer.Option("--split", help="train | held-out")] = "held-out",
     samples: Annotated[
         int, typer.Option("--samples", "-k", min=1, help="Episodes per task (temperature 1).")

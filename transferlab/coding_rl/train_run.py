@@ -43,7 +43,7 @@ class TrainRunConfig(BaseConfig):
 
     algo: Algo = Field(description="sft, grpo or ppo.")
     model: str = Field(description="The --model directory the run started from (absolute path).")
-    tasks: str = Field(description="--tasks: toy, toy-repos, seed or a corpus directory.")
+    tasks: str = Field(description="--tasks: toy, toy-repos, seed, procedural or a corpus directory.")
     split: Literal["train", "held-out"] = Field(default="train", description="--split trained on.")
     out: str = Field(description="Where the trained checkpoint (or the LoRA adapters) is written.")
     device: str = Field(default="auto", description="--device: auto, cpu, cuda or cuda:N.")
