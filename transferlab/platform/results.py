@@ -114,7 +114,8 @@ class Comparison(BaseModel):
         """E.g. ``"grpo - sft: pipeline ran, no detectable change: +1.2 points [−6.0, 8.4] (MDE 10.3
         points)"`` plus the clustering, ``"; 95% interval over 3 seed clusters"``."""
         line = _verdict_sentence(self.estimate, self.ci, self.mde, unit=unit, scale=scale, name=self.name)
-        return f"{line}; 95% interval over {self.n_clusters} {self.cluster} clusters"
+        plural = "s" if self.n_clusters != 1 else ""
+        return f"{line}; 95% interval over {self.n_clusters} {self.cluster} cluster{plural}"
 
 
 class Result(BaseModel):

@@ -15,12 +15,18 @@ environment.
   far it drifted from the SFT policy (KL on its own held-out episodes) and how well it learned to
   predict the tools' output (negative log-likelihood of observation tokens), which is what a policy
   should never be trained to do.
+
+Each run writes ``result.json`` (:mod:`transferlab.platform.results`) in its run directory and next to
+the report: held-out success per arm with 95% intervals clustered by seed, and every comparison
+paired on the same seeds and tasks with its number of clusters and minimum detectable effect. The
+report's figures and verdict lines are written from it.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,16 +37,24 @@ from pydantic import Field
 from rich.console import Console
 
 from transferlab.coding_rl.experiments.common import (
+    HeldOut,
     ModelChoice,
     StartModel,
+    compare,
+    comparison_rows,
     evaluate_agent,
+    experiment_command,
     fit_context,
+    held_out,
+    held_out_interval,
     mean,
     model_record,
     open_experiment,
     opened_sandbox,
     policy_line,
+    seed_estimate,
     toy_tokenizer,
+    write_results,
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
@@ -50,7 +64,8 @@ from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstrati
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
 from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
-from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci, first_crossing
+from transferlab.platform.results import Arm, Comparison, Result
+from transferlab.platform.stats import first_crossing
 from transferlab.platform.trajectory import Trajectory, to_tensors
 
 
@@ -224,10 +239,6 @@ def drift(
     }
 
 
-def _iv(values: list[float]) -> Interval:
-    return bootstrap_ci(values, seed=0)
-
-
 def _smoothed(values: list[float], window: int) -> list[float]:
     return [mean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
 
@@ -240,30 +251,43 @@ def _cumulative(episodes: list[float]) -> list[float]:
     return out
 
 
-Summarise = Callable[[AgentExperimentConfig, dict[str, dict[str, Any]], float], dict[str, Any]]
-BuildReport = Callable[
-    [AgentExperimentConfig, dict[str, dict[str, Any]], dict[str, Any], Experiment, StartModel | None], Report
-]
+def _finite(value: float) -> float | None:
+    """``value``, or None for NaN (result.json holds no NaN)."""
+    return None if math.isnan(value) else value
+
+
+Results = dict[str, dict[str, Any]]
+BuildResult = Callable[[AgentExperimentConfig, Results, str], Result]
+Summarise = Callable[[Result, float], dict[str, Any]]
+BuildReport = Callable[[AgentExperimentConfig, Results, Result, float, Experiment, StartModel | None], Report]
 
 
 def run_agent_experiment(
     name: str,
     variants: dict[str, dict[str, Any]],
-    summarise: Summarise,
-    build_report: BuildReport,
+    steps: tuple[BuildResult, Summarise, BuildReport],
     config: AgentExperimentConfig,
     runs_root: Path,
     report_dir: Path | None,
     resume: Path | None,
     console: Console | None,
 ) -> dict[str, Any]:
-    """Per seed: the SFT policy (arm ``sft-seed<s>``), then one RL arm per variant (RLConfig updates)."""
+    """Per seed: the SFT policy (arm ``sft-seed<s>``), then one RL arm per variant (RLConfig updates).
+
+    ``steps`` turn the arms' results into the run's :class:`Result` (written as result.json in the run
+    directory and next to the report), the summary.json figures, and the report written from the result.
+    """
+    from transferlab.coding_rl.experiments.presets import AGENT_PRESETS
+
+    build_result, summarise, build_report = steps
     exp, config, start = open_experiment(name, config, runs_root, resume, console)
+    subcommand = name.removeprefix("coding-")
+    command = experiment_command(subcommand, config, AGENT_PRESETS, exp.run.dir, runs_root, report_dir)
     config = config.model_copy(
         update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
     )
     torch.set_num_threads(1)
-    results: dict[str, dict[str, Any]] = {}
+    results: Results = {}
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
         setup = Setup(exp, config, sandbox, start)
         bar = exp.progress.add_task(name, total=len(config.seeds) * (1 + len(variants)))
@@ -279,12 +303,62 @@ def run_agent_experiment(
                 exp.progress.update(bar, description=f"RL {variant} seed {seed}")
                 results[arm] = exp.arm(arm, functools.partial(setup.rl_arm, arm, seed, sft, **updates))
                 exp.progress.advance(bar)
-        summary = summarise(config, results, exp.elapsed_s())
+        result = build_result(config, results, command)
+        summary = summarise(result, exp.elapsed_s())
         summary["run_dir"] = str(exp.run.dir)
         summary["model"] = model_record(config.policy, start)
         exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(build_report(config, results, summary, exp, start), report_dir)
+        write_results(exp, result, report_dir)
+        exp.write_report(build_report(config, results, result, summary["seconds"], exp, start), report_dir)
     return summary
+
+
+def _arm_entry(config: AgentExperimentConfig, results: Results, arm: str, data: HeldOut) -> dict[str, Any]:
+    """The result.json figures every agent arm has: held-out success clustered by seed, per seed."""
+    return {
+        "held_out_success": seed_estimate(data),
+        "n_episodes": len(data.values) * config.eval_episodes,
+        "per_seed": [mean(results[f"{arm}-seed{s}"]["held_out"]) for s in config.seeds],
+    }
+
+
+def summarise(result: Result, seconds: float) -> dict[str, Any]:
+    """summary.json: the result, and per arm its figures with ``held_out`` = held-out success."""
+    dumped = result.model_dump(mode="json")
+    arms = {name: {**row, "held_out": row["held_out_success"]} for name, row in dumped["arms"].items()}
+    return {"seconds": seconds, "result": dumped, "arms": arms, "comparisons": dumped["comparisons"]}
+
+
+def _primary(result: Result, name: str) -> Comparison:
+    """The comparison ``name`` clustered by seed."""
+    return next(c for c in result.comparisons if c.name == name and c.cluster == "seed")
+
+
+def _comparison_paragraph(report: Report, result: Result) -> None:
+    report.paragraph(
+        "Differences on held-out success, paired on the same seeds and tasks; 95% two-stage bootstrap "
+        "intervals clustered by seed (and, where given, by (seed, task)); MDE = the smallest true "
+        "difference the interval's width would detect with 80% power (too small with few seeds, like "
+        "the intervals). Every figure here is in result.json next to this report."
+    )
+    report.table(comparison_rows(result))
+
+
+def _result(
+    name: str,
+    config: AgentExperimentConfig,
+    arms: dict[str, Arm],
+    comparisons: list[Comparison],
+    command: str,
+) -> Result:
+    return Result(
+        experiment=name,
+        command=command,
+        seeds=list(config.seeds),
+        settings=config.model_dump(mode="json"),
+        arms=arms,
+        comparisons=comparisons,
+    )
 
 
 # ------------------------------------------------------------------------------------ dense vs sparse
@@ -302,8 +376,7 @@ def run_dense_sparse(
     return run_agent_experiment(
         "coding-dense-sparse",
         variants,
-        summarise_dense_sparse,
-        dense_sparse_report,
+        (result_dense_sparse, summarise_dense_sparse, dense_sparse_report),
         config,
         runs_root,
         report_dir,
@@ -312,73 +385,84 @@ def run_dense_sparse(
     )
 
 
-def summarise_dense_sparse(
-    config: AgentExperimentConfig, results: dict[str, dict[str, Any]], seconds: float
-) -> dict[str, Any]:
-    """Held-out success per arm, episodes to the threshold per seed, and their ratio."""
-    out: dict[str, Any] = {"seconds": seconds, "threshold": config.threshold, "arms": {}}
-    for arm in ("sft", "dense", "sparse"):
-        held = [v for s in config.seeds for v in results[f"{arm}-seed{s}"]["held_out"]]
-        row: dict[str, Any] = {"held_out": _iv(held).__dict__}
-        if arm != "sft":
-            crossings = []
-            finals = []
-            for s in config.seeds:
-                r = results[f"{arm}-seed{s}"]
-                x = _cumulative(r["episodes"])
-                y = _smoothed(r["train_success"], config.smooth)
-                crossings.append(first_crossing(x, y, config.threshold) if x else None)
-                finals.append(y[-1] if y else float("nan"))
-            row.update(
-                {
-                    "episodes_to_threshold": crossings,
-                    "final_train_success": finals,
-                    "episodes": int(sum(results[f"{arm}-seed{config.seeds[0]}"]["episodes"])),
-                    "frac_zero_std": mean(
-                        [mean(results[f"{arm}-seed{s}"]["frac_zero_std"]) for s in config.seeds]
-                    ),
-                }
-            )
-        out["arms"][arm] = row
-    dense = [v for s in config.seeds for v in results[f"dense-seed{s}"]["held_out"]]
-    sparse = [v for s in config.seeds for v in results[f"sparse-seed{s}"]["held_out"]]
-    out["dense_minus_sparse"] = bootstrap_diff_ci(sparse, dense, paired=True, seed=0).__dict__
-    d = [c for c in out["arms"]["dense"]["episodes_to_threshold"] if c is not None]
-    sp = [c for c in out["arms"]["sparse"]["episodes_to_threshold"] if c is not None]
-    out["ratio"] = (mean(sp) / mean(d)) if d and sp and len(sp) == len(config.seeds) else None
-    return out
+def _training_figures(config: AgentExperimentConfig, results: Results, arm: str) -> dict[str, Any]:
+    """Episodes to the threshold (per seed), final smoothed training success, budget, flat groups."""
+    crossings: list[float | None] = []
+    finals: list[float | None] = []
+    for s in config.seeds:
+        r = results[f"{arm}-seed{s}"]
+        x = _cumulative(r["episodes"])
+        y = _smoothed(r["train_success"], config.smooth)
+        crossings.append(first_crossing(x, y, config.threshold) if x else None)
+        finals.append(y[-1] if y else None)
+    return {
+        "episodes_to_threshold": crossings,
+        "final_train_success": finals,
+        "episodes": int(sum(results[f"{arm}-seed{config.seeds[0]}"]["episodes"])),
+        "frac_zero_std": _finite(
+            mean([mean(results[f"{arm}-seed{s}"]["frac_zero_std"]) for s in config.seeds])
+        ),
+    }
 
 
-def _interval(d: dict[str, Any]) -> Interval:
-    return Interval(d["estimate"], d["low"], d["high"], d["level"], d["n"])
+def result_dense_sparse(config: AgentExperimentConfig, results: Results, command: str) -> Result:
+    """Held-out success per arm, episodes to the threshold per seed and their ratio (on the sparse arm:
+    ``episodes_ratio_to_dense``, None unless both arms reached it in every seed); dense - sparse, and
+    each RL arm - SFT."""
+    data = {arm: held_out(results, arm, config.seeds, "held_out") for arm in ("sft", "dense", "sparse")}
+    entries = {arm: _arm_entry(config, results, arm, d) for arm, d in data.items()}
+    for arm in ("dense", "sparse"):
+        entries[arm].update(_training_figures(config, results, arm))
+    d = [c for c in entries["dense"]["episodes_to_threshold"] if c is not None]
+    sp = [c for c in entries["sparse"]["episodes_to_threshold"] if c is not None]
+    ratio = (mean(sp) / mean(d)) if d and sp and len(sp) == len(d) == len(config.seeds) else None
+    entries["sparse"]["episodes_ratio_to_dense"] = ratio
+    comparisons = [
+        *compare("dense - sparse", data["sparse"], data["dense"], ("seed", "seed+task")),
+        *compare("dense - sft", data["sft"], data["dense"]),
+        *compare("sparse - sft", data["sft"], data["sparse"]),
+    ]
+    arms = {arm: Arm.model_validate(entry) for arm, entry in entries.items()}
+    return _result("coding-dense-sparse", config, arms, comparisons, command)
+
+
+def summarise_dense_sparse(result: Result, seconds: float) -> dict[str, Any]:
+    """:func:`summarise` plus the sparse / dense ratio of episodes to the threshold."""
+    extra = result.arms["sparse"].model_extra or {}
+    return {**summarise(result, seconds), "ratio": extra.get("episodes_ratio_to_dense")}
 
 
 def _fmt_eps(values: list[float | None]) -> str:
     return ", ".join("never" if v is None else f"{v:.0f}" for v in values)
 
 
+def _fmt_values(values: list[float | None] | None) -> str:
+    return ", ".join("—" if v is None else f"{v:.2f}" for v in values) if values else "—"
+
+
 def dense_sparse_report(
     config: AgentExperimentConfig,
-    results: dict[str, dict[str, Any]],
-    summary: dict[str, Any],
+    results: Results,
+    result: Result,
+    seconds: float,
     exp: Experiment,
     start: StartModel | None = None,
 ) -> Report:
-    arms = summary["arms"]
+    extras = {arm: row.model_extra or {} for arm, row in result.arms.items()}
     report = Report("Dense vs sparse rewards for multi-turn agent RL (CodeRepair-v0)")
-    diff = _interval(summary["dense_minus_sparse"])
     thr = f"{config.threshold:.0%}"
     report.paragraph(
         "Held-out success after the same RL budget: dense "
-        f"{_interval(arms['dense']['held_out']).format('.2f')}, "
-        f"sparse {_interval(arms['sparse']['held_out']).format('.2f')} (SFT start "
-        f"{_interval(arms['sft']['held_out']).format('.2f')}); dense - sparse = {diff.format('+.2f')}."
+        f"{held_out_interval(result, 'dense').format('.2f')}, "
+        f"sparse {held_out_interval(result, 'sparse').format('.2f')} (SFT start "
+        f"{held_out_interval(result, 'sft').format('.2f')}). "
+        f"{_primary(result, 'dense - sparse').sentence()}."
     )
-    ratio = summary["ratio"]
+    ratio = extras["sparse"]["episodes_ratio_to_dense"]
     report.paragraph(
         f"Episodes to reach {thr} training success ({config.smooth}-step moving average): dense "
-        f"{_fmt_eps(arms['dense']['episodes_to_threshold'])}; sparse "
-        f"{_fmt_eps(arms['sparse']['episodes_to_threshold'])} (per seed). "
+        f"{_fmt_eps(extras['dense']['episodes_to_threshold'])}; sparse "
+        f"{_fmt_eps(extras['sparse']['episodes_to_threshold'])} (per seed). "
         + (
             f"Measured ratio sparse / dense: {ratio:.2f}x. "
             if ratio is not None
@@ -390,15 +474,15 @@ def dense_sparse_report(
         [
             {
                 "arm": arm,
-                "held-out success": _interval(row["held_out"]),
-                "final training success": ", ".join(f"{v:.2f}" for v in row.get("final_train_success", []))
-                or "—",
-                "share of flat GRPO groups": row.get("frac_zero_std"),
-                "episodes": row.get("episodes"),
+                "held-out success": held_out_interval(result, arm),
+                "final training success": _fmt_values(extras[arm].get("final_train_success")),
+                "share of flat GRPO groups": extras[arm].get("frac_zero_std"),
+                "episodes": extras[arm].get("episodes"),
             }
-            for arm, row in arms.items()
+            for arm in result.arms
         ]
     )
+    _comparison_paragraph(report, result)
     curves = {}
     for arm in ("dense", "sparse"):
         per_seed = [results[f"{arm}-seed{s}"] for s in config.seeds]
@@ -414,22 +498,22 @@ def dense_sparse_report(
             "Training success against episodes; line = mean over seeds, band = min-max.",
         )
     report.figure(
-        plot_bars({a: _interval(r["held_out"]) for a, r in arms.items()}, ylabel="held-out success"),
+        plot_bars({a: held_out_interval(result, a) for a in result.arms}, ylabel="held-out success"),
         "held_out",
-        "Held-out success (episodes whose submit passed the verifier), 95% bootstrap intervals.",
+        "Held-out success (episodes whose submit passed the verifier), 95% bootstrap intervals clustered "
+        "by seed.",
     )
-    _settings(report, config, summary, exp, start, "dense-sparse", "coding_dense_sparse")
+    _settings(report, config, result, seconds, exp, start)
     return report
 
 
 def _settings(
     report: Report,
     config: AgentExperimentConfig,
-    summary: dict[str, Any],
+    result: Result,
+    seconds: float,
     exp: Experiment,
     start: StartModel | None,
-    cmd: str,
-    out: str,
 ) -> None:
     rl = config.rl
     report.heading("Settings")
@@ -443,12 +527,11 @@ def _settings(
             f"lr {rl.lr}, up to {rl.max_steps} tool calls per episode, {rl.max_new_tokens} tokens per call; "
             f"rollouts on {rl.rollout_backend} workers x {rl.rollout_workers}",
             f"seeds: {', '.join(map(str, config.seeds))}; held-out: {config.eval_episodes} episodes per task",
-            f"wall time: {summary['seconds'] / 60:.1f} min on this machine (2 cores)",
+            f"wall time: {seconds / 60:.1f} min on this machine (2 cores)",
             f"run directory: {exp.run.dir}",
         ]
     )
-    model = f" --model {start.path}" if start is not None else ""
-    report.code(f"transferlab coding experiment {cmd} --preset cpu{model} --report-dir docs/results/{out}")
+    report.code(result.command)
 
 
 # --------------------------------------------------------------------------------------- ablations
@@ -472,8 +555,7 @@ def run_ablations(
     return run_agent_experiment(
         "coding-ablations",
         variants,
-        summarise_ablations,
-        ablations_report,
+        (result_ablations, summarise, ablations_report),
         config,
         runs_root,
         report_dir,
@@ -482,46 +564,48 @@ def run_ablations(
     )
 
 
-def summarise_ablations(
-    config: AgentExperimentConfig, results: dict[str, dict[str, Any]], seconds: float
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"seconds": seconds, "arms": {}}
-    for arm in ("sft", *ABLATION_ARMS):
-        rows = [results[f"{arm}-seed{s}"] for s in config.seeds]
-        held = [v for r in rows for v in r["held_out"]]
-        entry: dict[str, Any] = {"held_out": _iv(held).__dict__}
+def result_ablations(config: AgentExperimentConfig, results: Results, command: str) -> Result:
+    """Held-out success per arm with drift and observation NLL; kl / unmasked - baseline, baseline - SFT."""
+    data = {arm: held_out(results, arm, config.seeds, "held_out") for arm in ("sft", *ABLATION_ARMS)}
+    arms: dict[str, Arm] = {}
+    for arm, d in data.items():
+        entry = _arm_entry(config, results, arm, d)
         if arm != "sft":
+            rows = [results[f"{arm}-seed{s}"] for s in config.seeds]
+            finals = [r["train_success"][-1] for r in rows if r["train_success"]]
             entry.update(
                 {
                     "kl_to_sft": mean([r["kl_to_sft"] for r in rows]),
                     "observation_nll": mean([r["observation_nll"] for r in rows]),
                     "observation_nll_sft": mean([r["observation_nll_sft"] for r in rows]),
-                    "final_train_success": mean([r["train_success"][-1] for r in rows if r["train_success"]]),
+                    "final_train_success": _finite(mean(finals)),
                 }
             )
-        out["arms"][arm] = entry
-    base = [v for s in config.seeds for v in results[f"baseline-seed{s}"]["held_out"]]
-    for arm in ("kl", "unmasked"):
-        other = [v for s in config.seeds for v in results[f"{arm}-seed{s}"]["held_out"]]
-        out["arms"][arm]["minus_baseline"] = bootstrap_diff_ci(base, other, paired=True, seed=0).__dict__
-    return out
+        arms[arm] = Arm.model_validate(entry)
+    comparisons = [
+        *compare("kl - baseline", data["baseline"], data["kl"], ("seed", "seed+task")),
+        *compare("unmasked - baseline", data["baseline"], data["unmasked"], ("seed", "seed+task")),
+        *compare("baseline - sft", data["sft"], data["baseline"]),
+    ]
+    return _result("coding-ablations", config, arms, comparisons, command)
 
 
 def ablations_report(
     config: AgentExperimentConfig,
-    results: dict[str, dict[str, Any]],
-    summary: dict[str, Any],
+    results: Results,
+    result: Result,
+    seconds: float,
     exp: Experiment,
     start: StartModel | None = None,
 ) -> Report:
-    arms = summary["arms"]
+    extras = {arm: row.model_extra or {} for arm, row in result.arms.items()}
     report = Report("KL and masking ablations for multi-turn agent RL (CodeRepair-v0)")
-    kl, unmasked, base = arms["kl"], arms["unmasked"], arms["baseline"]
+    kl, unmasked, base = extras["kl"], extras["unmasked"], extras["baseline"]
     report.paragraph(
         f"KL: with kl_coef = {config.kl_coef} the policy ends {kl['kl_to_sft']:.3f} nats per action token "
         "from "
-        f"the SFT policy, against {base['kl_to_sft']:.3f} without a KL term; held-out success changes by "
-        f"{_interval(kl['minus_baseline']).format('+.2f')} (paired, 95% interval)."
+        f"the SFT policy, against {base['kl_to_sft']:.3f} without a KL term. Held-out success, "
+        f"{_primary(result, 'kl - baseline').sentence()}."
     )
     learned = unmasked["observation_nll"] < base["observation_nll"]
     effect = (
@@ -532,26 +616,27 @@ def ablations_report(
     report.paragraph(
         f"Masking: with observation and prompt tokens wrongly left in the loss, {effect} (observation NLL "
         f"{unmasked['observation_nll']:.2f} vs {base['observation_nll']:.2f} with correct masking, "
-        f"{base['observation_nll_sft']:.2f} after SFT), the policy drifts {unmasked['kl_to_sft']:.2f} nats "
-        f"per action token from SFT (vs {base['kl_to_sft']:.2f}), and held-out success changes by "
-        f"{_interval(unmasked['minus_baseline']).format('+.2f')} against the correctly masked baseline."
+        f"{base['observation_nll_sft']:.2f} after SFT), and the policy drifts {unmasked['kl_to_sft']:.2f} "
+        f"nats per action token from SFT (vs {base['kl_to_sft']:.2f}). Held-out success against the "
+        f"correctly masked baseline, {_primary(result, 'unmasked - baseline').sentence()}."
     )
     report.table(
         [
             {
                 "arm": arm,
-                "held-out success": _interval(row["held_out"]),
-                "KL to SFT (nats/token)": row.get("kl_to_sft"),
-                "observation NLL": row.get("observation_nll"),
-                "final training success": row.get("final_train_success"),
+                "held-out success": held_out_interval(result, arm),
+                "KL to SFT (nats/token)": extras[arm].get("kl_to_sft"),
+                "observation NLL": extras[arm].get("observation_nll"),
+                "final training success": extras[arm].get("final_train_success"),
             }
-            for arm, row in arms.items()
+            for arm in result.arms
         ]
     )
+    _comparison_paragraph(report, result)
     report.figure(
-        plot_bars({a: _interval(r["held_out"]) for a, r in arms.items()}, ylabel="held-out success"),
+        plot_bars({a: held_out_interval(result, a) for a in result.arms}, ylabel="held-out success"),
         "held_out",
-        "Held-out success per arm, 95% bootstrap intervals.",
+        "Held-out success per arm, 95% bootstrap intervals clustered by seed.",
     )
     curves = {}
     for arm in ABLATION_ARMS:
@@ -565,5 +650,5 @@ def ablations_report(
             "curves",
             "Training success per RL step, mean over seeds.",
         )
-    _settings(report, config, summary, exp, start, "ablations", "coding_ablations")
+    _settings(report, config, result, seconds, exp, start)
     return report

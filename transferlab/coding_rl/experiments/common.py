@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator, Sequence
+import shlex
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +37,16 @@ from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.coding_rl.trainers.rollout_worker import candidate_source, code_prompt_ids
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.harness import Experiment
+from transferlab.platform.results import (
+    Cluster,
+    Comparison,
+    Estimate,
+    Result,
+    comparison,
+    estimate,
+    write_result,
+)
+from transferlab.platform.stats import Interval
 
 
 @contextlib.contextmanager
@@ -248,3 +259,129 @@ def evaluate_agent(
 def mean(values: Sequence[float]) -> float:
     """The arithmetic mean (NaN for no values)."""
     return sum(values) / len(values) if values else float("nan")
+
+
+# ------------------------------------------------------------------------------------ result.json
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One arm's held-out values pooled over seeds, one per (seed, task), with both cluster labels."""
+
+    values: list[float]
+    seeds: list[int]
+    pairs: list[tuple[int, int]]
+    """(seed, index of the task in the held-out list) per value."""
+
+
+def held_out(results: Mapping[str, Mapping[str, Any]], arm: str, seeds: Sequence[int], key: str) -> HeldOut:
+    """``results[f"{arm}-seed{s}"][key]`` (per-task values) for every seed, with their labels."""
+    values: list[float] = []
+    labels: list[int] = []
+    pairs: list[tuple[int, int]] = []
+    for s in seeds:
+        per_task = [float(v) for v in results[f"{arm}-seed{s}"][key]]
+        values += per_task
+        labels += [s] * len(per_task)
+        pairs += [(s, i) for i in range(len(per_task))]
+    return HeldOut(values, labels, pairs)
+
+
+def seed_estimate(data: HeldOut) -> Estimate:
+    """The mean with a 95% interval clustered by seed (tasks resampled within each drawn seed)."""
+    return estimate(data.values, data.seeds)
+
+
+def compare(name: str, a: HeldOut, b: HeldOut, clusters: Sequence[Cluster] = ("seed",)) -> list[Comparison]:
+    """``b - a`` paired on the same seeds and tasks, once per cluster kind (``"seed"`` first)."""
+    out = []
+    for kind in clusters:
+        la: list[Hashable]
+        lb: list[Hashable]
+        if kind == "seed":
+            la, lb = list(a.seeds), list(b.seeds)
+        elif kind == "seed+task":
+            la, lb = list(a.pairs), list(b.pairs)
+        else:
+            la, lb = [t for _, t in a.pairs], [t for _, t in b.pairs]
+        out.append(comparison(name, a.values, la, b.values, lb, cluster=kind, paired=True))
+    return out
+
+
+_VERDICT_WORDS = {
+    "improved": "improved",
+    "worse": "worse",
+    "no detectable change": "pipeline ran, no detectable change",
+}
+
+
+def comparison_rows(result: Result) -> list[dict[str, Any]]:
+    """One report table row per comparison of ``result`` (points, its interval, MDE and verdict)."""
+    return [
+        {
+            "comparison": c.name,
+            "clusters": f"{c.n_clusters} x {c.cluster}",
+            "difference (points)": f"{c.estimate * 100:+.1f} [{c.ci[0] * 100:+.1f}, {c.ci[1] * 100:+.1f}]",
+            "MDE (points)": f"{c.mde * 100:.1f}",
+            "verdict": _VERDICT_WORDS[c.verdict],
+        }
+        for c in result.comparisons
+    ]
+
+
+def held_out_interval(result: Result, arm: str) -> Interval:
+    """``result``'s held-out success of ``arm`` as an Interval (for tables and bar plots)."""
+    h = result.arms[arm].held_out_success
+    return Interval(h.estimate, h.ci[0], h.ci[1], 0.95, result.arms[arm].n_episodes)
+
+
+def experiment_command(
+    subcommand: str,
+    config: BaseConfig,
+    presets: Mapping[str, BaseConfig],
+    run_dir: Path,
+    runs_root: Path,
+    report_dir: Path | None,
+) -> str:
+    """The ``transferlab coding experiment ...`` line that makes this run again.
+
+    ``--preset NAME`` (with ``--seeds``, ``--model`` and ``--rollout-backend`` where they differ from
+    the preset) when the config is a preset's, else ``--config RUN_DIR/config.json`` (the config the
+    run saved).
+    """
+    mine = _comparable(config.model_dump(mode="json"))
+    args = ["transferlab", "coding", "experiment", subcommand]
+    for name, preset in presets.items():
+        theirs = preset.model_dump(mode="json")
+        if _comparable(theirs) != mine:
+            continue
+        args += ["--preset", name]
+        dumped = config.model_dump(mode="json")
+        if dumped["seeds"] != theirs["seeds"]:
+            args += ["--seeds", ",".join(map(str, dumped["seeds"]))]
+        if dumped["model_path"] is not None:
+            args += ["--model", dumped["model_path"]]
+        if dumped["rl"]["rollout_backend"] != theirs["rl"]["rollout_backend"]:
+            args += ["--rollout-backend", dumped["rl"]["rollout_backend"]]
+        break
+    else:
+        args += ["--config", str(run_dir / "config.json")]
+    if runs_root != Path("runs"):
+        args += ["--runs-root", str(runs_root)]
+    if report_dir is not None:
+        args += ["--report-dir", str(report_dir)]
+    return shlex.join(args)
+
+
+def _comparable(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A config dump without the fields the command line sets (seeds, model, rollout backend)."""
+    out = {k: v for k, v in dumped.items() if k not in ("seeds", "model_path")}
+    out["rl"] = {k: v for k, v in dumped["rl"].items() if k != "rollout_backend"}
+    return out
+
+
+def write_results(exp: Experiment, result: Result, report_dir: Path | None) -> None:
+    """``result.json`` in the run directory, and next to the report when there is a report directory."""
+    write_result(exp.run.dir, result)
+    if report_dir is not None:
+        write_result(report_dir, result)

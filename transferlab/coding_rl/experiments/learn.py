@@ -8,8 +8,10 @@ by one — as real history does); then copies of the SFT policy are trained with
 against the sandbox verifier on the training tasks. Every stage is scored on held-out tasks the
 policy never trained on.
 
-The verdict compares RL with SFT on held-out sampled success, paired by (seed, task), with a 95%
-bootstrap interval: "RL improved held-out success beyond SFT" only when the interval excludes zero.
+The verdict compares RL with SFT on held-out sampled success, paired on the same seeds and tasks,
+with a 95% bootstrap interval clustered by seed (:mod:`transferlab.platform.results`): "improved"
+only when the interval excludes zero, otherwise "pipeline ran, no detectable change" with the minimum
+detectable effect. Every figure of the report comes from the run's ``result.json``.
 """
 
 from __future__ import annotations
@@ -27,14 +29,21 @@ from transferlab.coding_rl.experiments.common import (
     CodeScores,
     ModelChoice,
     StartModel,
+    compare,
+    comparison_rows,
     evaluate_code,
+    experiment_command,
     fit_context,
+    held_out,
+    held_out_interval,
     mean,
     model_record,
     open_experiment,
     opened_sandbox,
     policy_line,
+    seed_estimate,
     toy_tokenizer,
+    write_results,
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
@@ -43,7 +52,8 @@ from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration, 
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
 from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
-from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci
+from transferlab.platform.results import Arm, Comparison, Result
+from transferlab.platform.stats import Interval
 
 EXPERIMENT = "coding-learn"
 
@@ -108,7 +118,10 @@ def run_learn(
     """Run every arm (resuming a previous run if given) and write the report; returns the summary."""
     import torch
 
+    from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
+
     exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console)
+    command = experiment_command("learn", config, LEARN_PRESETS, exp.run.dir, runs_root, report_dir)
     config = config.model_copy(
         update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
     )
@@ -167,7 +180,8 @@ def run_learn(
                     ),
                 )
                 exp.progress.advance(bar)
-        summary = summarise(config, results, exp.elapsed_s())
+        result = build_result(config, results, command)
+        summary = summarise(result, exp.elapsed_s())
         summary.update(
             {
                 "held_out_tasks": len(held),
@@ -176,7 +190,8 @@ def run_learn(
             }
         )
         exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(build_report(config, results, summary, exp, start), report_dir)
+        write_results(exp, result, report_dir)
+        exp.write_report(build_report(config, results, result, summary["seconds"], exp, start), report_dir)
     return summary
 
 
@@ -230,102 +245,140 @@ def _rl_arm(
 # ------------------------------------------------------------------------------------------- summary
 
 
-def _pooled(results: dict[str, dict[str, Any]], stage: str, seeds: list[int], key: str) -> list[float]:
-    return [v for s in seeds for v in results[f"{stage}-seed{s}"][key]]
+def build_result(config: LearnConfig, results: dict[str, dict[str, Any]], command: str) -> Result:
+    """The run's result.json: per stage, held-out sampled success clustered by seed; RL - SFT paired.
 
-
-def summarise(config: LearnConfig, results: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """Per stage: held-out sampled and greedy success with 95% intervals; RL - SFT paired differences."""
-    stages = ["untrained", "sft", *config.algos]
-    out: dict[str, Any] = {"seconds": seconds, "stages": {}, "vs_sft": {}}
-    for stage in stages:
-        sampled = _pooled(results, stage, config.seeds, "sampled")
-        greedy = _pooled(results, stage, config.seeds, "greedy")
-        out["stages"][stage] = {
-            "sampled": _iv(bootstrap_ci(sampled, seed=0)),
-            "greedy": _iv(bootstrap_ci(greedy, seed=0)),
-            "per_seed": [mean(results[f"{stage}-seed{s}"]["sampled"]) for s in config.seeds],
-        }
-    sft = _pooled(results, "sft", config.seeds, "sampled")
+    Each RL - SFT comparison comes clustered by seed (the primary one) and by (seed, task); the greedy
+    difference is given clustered by seed. SFT - untrained shows whether fine-tuning taught anything.
+    """
+    seeds = config.seeds
+    sampled = {
+        stage: held_out(results, stage, seeds, "sampled") for stage in ["untrained", "sft", *config.algos]
+    }
+    arms: dict[str, Arm] = {}
+    for stage, data in sampled.items():
+        greedy = held_out(results, stage, seeds, "greedy")
+        arms[stage] = Arm.model_validate(
+            {
+                "held_out_success": seed_estimate(data),
+                "n_episodes": len(data.values) * config.eval_samples,
+                "held_out_success_greedy": seed_estimate(greedy).model_dump(),
+                "per_seed": [mean(results[f"{stage}-seed{s}"]["sampled"]) for s in seeds],
+                "held_out_tasks": len(data.values) // len(seeds),
+            }
+        )
+    comparisons = compare("sft - untrained", sampled["untrained"], sampled["sft"])
     for algo in config.algos:
-        diff = bootstrap_diff_ci(sft, _pooled(results, algo, config.seeds, "sampled"), paired=True, seed=0)
-        out["vs_sft"][algo] = {**_iv(diff), "verdict": verdict(algo, diff)}
-    return out
-
-
-def _iv(interval: Interval) -> dict[str, float]:
-    return {"estimate": interval.estimate, "low": interval.low, "high": interval.high, "n": interval.n}
-
-
-def verdict(algo: str, diff: Interval) -> str:
-    """The sentence the report leads with, from the paired RL - SFT interval."""
-    pts = f"{diff.estimate * 100:+.1f} points [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}]"
-    if diff.low > 0:
-        return f"{algo.upper()} improved held-out success beyond SFT: {pts}; the 95% interval excludes zero."
-    if diff.high < 0:
-        return f"{algo.upper()} made held-out success worse than SFT: {pts}; the interval excludes zero."
-    return (
-        f"Only that the pipeline ran: {algo.upper()} vs SFT is {pts} on held-out tasks, and the interval "
-        "includes zero, so this run does not show that the model got better."
+        comparisons += compare(f"{algo} - sft", sampled["sft"], sampled[algo], ("seed", "seed+task"))
+        comparisons += compare(
+            f"{algo} - sft (greedy)",
+            held_out(results, "sft", seeds, "greedy"),
+            held_out(results, algo, seeds, "greedy"),
+        )
+    return Result(
+        experiment=EXPERIMENT,
+        command=command,
+        seeds=list(seeds),
+        settings=config.model_dump(mode="json"),
+        arms=arms,
+        comparisons=comparisons,
     )
 
 
-def _to_interval(d: dict[str, float]) -> Interval:
-    return Interval(d["estimate"], d["low"], d["high"], 0.95, int(d["n"]))
+def summarise(result: Result, seconds: float) -> dict[str, Any]:
+    """The summary.json figures: the result, and per algorithm its seed-clustered verdict on RL - SFT."""
+    return {
+        "seconds": seconds,
+        "result": result.model_dump(mode="json"),
+        "stages": {stage: _stage(arm) for stage, arm in result.arms.items()},
+        "vs_sft": {
+            algo: {**primary(result, algo).model_dump(mode="json"), "verdict": verdict(primary(result, algo))}
+            for algo in result.settings["algos"]
+        },
+    }
+
+
+def _stage(arm: Arm) -> dict[str, Any]:
+    """One stage's summary.json entry: sampled and greedy success as estimate/low/high, per seed."""
+    extra = arm.model_extra or {}
+    greedy = extra["held_out_success_greedy"]
+    return {
+        "sampled": {
+            "estimate": arm.held_out_success.estimate,
+            "low": arm.held_out_success.ci[0],
+            "high": arm.held_out_success.ci[1],
+        },
+        "greedy": {"estimate": greedy["estimate"], "low": greedy["ci"][0], "high": greedy["ci"][1]},
+        "per_seed": extra["per_seed"],
+    }
+
+
+def primary(result: Result, algo: str) -> Comparison:
+    """``{algo} - sft`` on held-out sampled success, clustered by seed (the comparison the verdict uses)."""
+    return next(c for c in result.comparisons if c.name == f"{algo} - sft" and c.cluster == "seed")
+
+
+def verdict(comparison: Comparison) -> str:
+    """The sentence the report leads with: "improved" only when the interval excludes zero, else
+    "pipeline ran, no detectable change" with the minimum detectable effect (:func:`stats.verdict`)."""
+    return f"Held-out sampled success, {comparison.sentence()}."
 
 
 def build_report(
     config: LearnConfig,
     results: dict[str, dict[str, Any]],
-    summary: dict[str, Any],
+    result: Result,
+    seconds: float,
     exp: Experiment,
     start: StartModel | None = None,
 ) -> Report:
-    """Markdown + HTML: the verdict, the table, bars with intervals, and the held-out curves."""
-    n_held = len(results[f"sft-seed{config.seeds[0]}"]["task_ids"])
+    """Markdown + HTML from ``result``: the verdicts, the tables, bars with intervals, held-out curves."""
+    n_held = result.arms["sft"].model_extra["held_out_tasks"] if result.arms["sft"].model_extra else 0
     report = Report("Does it learn? SFT vs SFT + RL on held-out coding tasks")
     for algo in config.algos:
-        report.paragraph(summary["vs_sft"][algo]["verdict"])
+        report.paragraph(verdict(primary(result, algo)))
     report.paragraph(
         f"{len(config.seeds)} seeds x {n_held} held-out toy tasks ({', '.join(config.operations)}; "
         f"constants 0-9; split by operation and constant). Success = the verifier passes every developer "
         f"and hidden test. Sampled success: {config.eval_samples} completions per task at temperature 1; "
-        "greedy: one argmax completion. Intervals: 95% percentile bootstrap over (seed, task) items; the "
-        "RL - SFT difference is paired by (seed, task)."
+        "greedy: one argmax completion. Intervals: 95% two-stage bootstrap clustered by seed (seeds "
+        "resampled, then tasks within each drawn seed); differences are paired on the same seeds, and "
+        "RL - SFT is also given with (seed, task) pairs as clusters. MDE: the smallest true difference "
+        "the interval's width would detect with 80% power. With few seeds a percentile interval is too "
+        "narrow, and so is its MDE."
     )
     rows = []
-    for stage, s in summary["stages"].items():
+    for stage, arm in result.arms.items():
+        extra = arm.model_extra or {}
+        greedy = extra["held_out_success_greedy"]
         rows.append(
             {
                 "stage": stage,
-                "held-out success (sampled)": _to_interval(s["sampled"]),
-                "held-out success (greedy)": _to_interval(s["greedy"]),
-                "per seed (sampled)": ", ".join(f"{v:.2f}" for v in s["per_seed"]),
+                "held-out success (sampled)": held_out_interval(result, stage),
+                "held-out success (greedy)": Interval(
+                    greedy["estimate"], greedy["ci"][0], greedy["ci"][1], 0.95, arm.n_episodes
+                ),
+                "per seed (sampled)": ", ".join(f"{v:.2f}" for v in extra["per_seed"]),
             }
         )
     report.table(rows)
-    report.table(
-        [
-            {"comparison": f"{a} - sft", "difference (sampled)": _to_interval(summary["vs_sft"][a])}
-            for a in config.algos
-        ]
-    )
+    report.table(comparison_rows(result))
     report.figure(
         plot_bars(
-            {k: _to_interval(v["sampled"]) for k, v in summary["stages"].items()},
+            {stage: held_out_interval(result, stage) for stage in result.arms},
             ylabel="held-out success (sampled)",
             title="Held-out success by stage",
         ),
         "stages",
-        "Held-out sampled success per stage, 95% bootstrap intervals.",
+        "Held-out sampled success per stage, 95% bootstrap intervals clustered by seed.",
     )
     curves = {}
+    sft0 = result.arms["sft"].held_out_success.estimate
     for algo in config.algos:
         points = [results[f"{algo}-seed{s}"]["curve"] for s in config.seeds]
         if points and all(points):
             steps = [p[0] for p in points[0]]
             ys = [mean([pts[i][1] for pts in points]) for i in range(len(steps))]
-            sft0 = mean(summary["stages"]["sft"]["per_seed"])
             curves[algo] = Curve([0, *steps], [sft0, *ys])
     if curves:
         report.figure(
@@ -343,12 +396,10 @@ def build_report(
             f"RL: {config.rl.steps} steps x {config.rl.tasks_per_step} tasks x G={config.rl.group_size}, "
             f"lr {config.rl.lr}, clip {config.rl.clip_low}/{config.rl.clip_high}, KL {config.rl.kl_coef}, "
             f"rollouts on {config.rl.rollout_backend} workers x {config.rl.rollout_workers}",
-            f"wall time: {summary['seconds'] / 60:.1f} min on this machine (2 cores)",
+            f"wall time: {seconds / 60:.1f} min on this machine (2 cores)",
             f"run directory: {exp.run.dir}",
+            "figures: result.json (written with this report)",
         ]
     )
-    model = f" --model {start.path}" if start is not None else ""
-    report.code(
-        f"transferlab coding experiment learn --preset cpu{model} --report-dir docs/results/coding_learn"
-    )
+    report.code(result.command)
     return report
