@@ -279,6 +279,8 @@ def test_verdict_sentences_by_hand() -> None:
     )
     assert "improved" not in null
     assert verdict_sentence(0.5, (0.2, 0.9), 0.4, unit="nats", scale=1) == "improved: +0.5 nats [0.2, 0.9]"
+    flat = verdict_sentence(0.0, (0.0, 0.0), 0.0)
+    assert flat.startswith("pipeline ran, no detectable change: +0.0 points [0.0, 0.0] (MDE unknown")
 
 
 def test_verdict_rejects_inconsistent_inputs() -> None:

@@ -458,6 +458,9 @@ def verdict_sentence(
 ) -> str:
     """The verdict as a report line, values multiplied by ``scale`` (100: shares as points).
 
+    A null with a zero-width interval (e.g. every episode failed in both arms) says that its MDE is
+    unknown rather than 0.
+
     >>> verdict_sentence(0.123, (0.041, 0.205), 0.117)
     'improved: +12.3 points [4.1, 20.5]'
     >>> verdict_sentence(0.012, (-0.06, 0.084), 0.103, name="grpo - sft")
@@ -467,7 +470,12 @@ def verdict_sentence(
     low, high = (float(v) for v in ci)
     interval = f"[{_signed(low * scale, '.1f', False)}, {_signed(high * scale, '.1f', False)}]"
     figure = f"{_signed(estimate * scale, '.1f', True)} {unit} {interval}"
-    if kind == "no detectable change":
+    if kind == "no detectable change" and low == high:
+        line = (
+            f"pipeline ran, no detectable change: {figure} (MDE unknown: every resample gave the same "
+            "value, so the spread cannot be estimated)"
+        )
+    elif kind == "no detectable change":
         line = f"pipeline ran, no detectable change: {figure} (MDE {mde * scale:.1f} {unit})"
     else:
         line = f"{kind}: {figure}"

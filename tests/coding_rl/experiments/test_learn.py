@@ -9,7 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from transferlab.cli import app
+from transferlab.coding_rl.experiments.common import experiment_command
 from transferlab.coding_rl.experiments.learn import LearnConfig, build_result, primary, summarise, verdict
+from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
 from transferlab.platform.results import Comparison, read_result
 from transferlab.platform.stats import mde
 
@@ -117,3 +119,19 @@ def test_bad_seeds_and_config_files_are_clear_errors(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "--seeds must be comma-separated integers" in bad.output
     missing = runner.invoke(app, ["coding", "experiment", "learn", "--config", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "nope.json" in missing.output
+
+
+def test_the_command_names_the_preset_and_what_differs_from_it_else_the_saved_config() -> None:
+    cpu = LEARN_PRESETS["cpu"]
+    changed = cpu.model_copy(
+        update={"seeds": [4, 5], "rl": cpu.rl.model_copy(update={"rollout_backend": "ray"})}
+    )
+    run_dir = Path("runs/coding-learn/x")
+    assert experiment_command("learn", changed, LEARN_PRESETS, run_dir, Path("runs"), Path("docs/r")) == (
+        "transferlab coding experiment learn --preset cpu --seeds 4,5 --rollout-backend ray "
+        "--report-dir docs/r"
+    )
+    custom = cpu.model_copy(update={"eval_samples": 3})
+    assert experiment_command("learn", custom, LEARN_PRESETS, run_dir, Path("elsewhere"), None) == (
+        "transferlab coding experiment learn --config runs/coding-learn/x/config.json --runs-root elsewhere"
+    )
