@@ -170,7 +170,7 @@ def test_a_model_without_a_chat_template(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_an_unknown_task_family_and_a_missing_split(tiny: Path, tmp_path: Path) -> None:
-    assert_bad_input(coding("eval", "--model", tiny, "--tasks", "toys"), "toy, toy-repos, seed")
+    assert_bad_input(coding("eval", "--model", tiny, "--tasks", "toys"), "toy, toy-repos, procedural, seed")
     assert_bad_input(coding("eval", "--model", tiny, "--tasks", "toy", "--split", "test"), "--split 'test'")
     assert_bad_input(
         coding("eval", "--model", tiny, "--tasks", "seed"), "no 'held-out' tasks", "--split train"
