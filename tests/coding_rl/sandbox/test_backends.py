@@ -361,3 +361,34 @@ def test_a_reply_with_too_many_values_is_refused_unparsed(monkeypatch: pytest.Mo
     finally:
         os.close(read_fd)
         os.close(write_fd)
+
+
+def _locked_by_someone(uid: int) -> bool:
+    """Whether the uid's lock file is held (a second open file description cannot take it)."""
+    import fcntl
+
+    from transferlab.coding_rl.sandbox.backends import UID_LOCK_DIR
+
+    fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_closing_the_fork_server_backend_gives_its_uids_back(
+    sandbox_forkserver: Any, sandbox_config: SandboxConfig
+) -> None:
+    config = SandboxConfig(**{**sandbox_config.model_dump(), "workers": 2, "uid_base": 64_500})
+    for _ in range(2):  # a second backend on the same range starts only if the first gave its uids back
+        backend = ForkServerBackend(config)
+        verifier = Verifier(backend)
+        grades = verifier.grade_many([(probe_task(0), src("def probe(x):\n    return 0\n"))] * 4)
+        assert [g.status for g in grades] == ["passed"] * 4
+        used = [s.uid for s in backend._servers.values()]
+        assert used and all(_locked_by_someone(uid) for uid in used)
+        backend.close()
+        assert not any(_locked_by_someone(uid) for uid in used), "closed backend still holds its uids"

@@ -297,8 +297,9 @@ class ForkServerBackend:
     def _discard(self, server: _ForkServer) -> None:
         server.close()
         with self._lock:
-            self._servers.pop(id(server), None)
-        self._uids.give(server.uid)  # type: ignore[attr-defined]
+            owned = self._servers.pop(id(server), None) is not None
+        if owned:  # (close() already gave back the uids of the servers it took)
+            self._uids.give(server.uid)  # type: ignore[attr-defined]
 
     def execute(self, request: ExecutionRequest) -> ExecutionReport:
         if self._closed:
@@ -342,6 +343,7 @@ class ForkServerBackend:
             self._servers.clear()
         for server in servers:
             server.close()
+            self._uids.give(server.uid)  # type: ignore[attr-defined]
 
     def __enter__(self) -> ForkServerBackend:
         return self
