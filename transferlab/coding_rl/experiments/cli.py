@@ -6,6 +6,7 @@ Commands::
                                                [--model PATH]
     transferlab coding experiment dense-sparse [same options]
     transferlab coding experiment ablations    [same options]
+    transferlab coding experiment agent-learn  [same options]
 
 Common options: ``--runs-root runs`` (where the run directory goes), ``--report-dir DIR`` (also copy
 the Markdown + HTML report there, e.g. ``docs/results/coding_learn``), ``--resume RUN_DIR`` (finish
@@ -237,3 +238,33 @@ def ablations(
     )
     for arm, row in summary["arms"].items():
         typer.echo(f"{arm}: held-out success {row['held_out']['estimate']:.2f}")
+
+
+@app.command("agent-learn")
+def agent_learn(
+    preset: PresetOption = Preset.cpu,
+    config: ConfigOption = None,
+    seeds: SeedsOption = None,
+    runs_root: RunsRootOption = Path("runs"),
+    report_dir: ReportDirOption = None,
+    resume: ResumeOption = None,
+    rollout_backend: BackendOption = None,
+    model: ModelOption = None,
+) -> None:
+    """SFT vs SFT + RL vs rejection-sampling fine-tuning (same episodes) on held-out CodeRepair-v0 tasks."""
+    from transferlab.coding_rl.experiments.agent_learn import AgentLearnConfig, run_agent_learn
+    from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
+
+    _main_guard()
+    cfg = _config(
+        AgentLearnConfig,
+        AGENT_LEARN_PRESETS,
+        preset,
+        config,
+        seeds=_seeds(seeds),
+        rollout_backend=rollout_backend.value if rollout_backend else None,
+        model_path=model,
+    )
+    summary = _run_owned(lambda: run_agent_learn(cfg, runs_root, report_dir, resume), resume)
+    for line in summary["verdicts"].values():
+        typer.echo(line)

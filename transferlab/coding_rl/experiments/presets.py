@@ -3,11 +3,15 @@
 * ``cpu`` — what produced the reports in docs/results (minutes to tens of minutes on 2 cores);
 * ``smoke`` — the same pipelines in a minute or two, for tests and a first look; its numbers mean
   nothing.
+
+The ``cpu`` preset of agent-learn (:data:`AGENT_LEARN_PRESETS`) is a first guess for this 2-core machine
+at under 60 minutes per seed, not yet timed or tuned: a later session tunes it and runs it.
 """
 
 from __future__ import annotations
 
 from transferlab.coding_rl.experiments.agent import AgentExperimentConfig
+from transferlab.coding_rl.experiments.agent_learn import AgentLearnConfig, RFTSettings
 from transferlab.coding_rl.experiments.learn import LearnConfig
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.trainers.demos import SFTConfig
@@ -53,5 +57,33 @@ AGENT_PRESETS: dict[str, AgentExperimentConfig] = {
         ),
         eval_episodes=1,
         smooth=1,
+    ),
+}
+
+AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
+    # cpu: a first guess for a 2-core machine at under 60 minutes per seed (SFT, RL, RFT and three
+    # held-out evaluations), not yet timed or tuned; a later session tunes and runs it.
+    "cpu": AgentLearnConfig(),
+    "smoke": AgentLearnConfig(
+        seeds=[0],
+        n_functions=6,
+        held_out_fraction=0.34,
+        demo_tasks=4,
+        policy=TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=1024),
+        sft=SFTConfig(steps=3, batch_size=4),
+        rl=RLConfig(
+            mode="agent",
+            steps=2,
+            tasks_per_step=2,
+            group_size=2,
+            max_new_tokens=16,
+            max_context=1024,
+            max_steps=7,
+            checkpoint_every=1,
+            rollout_backend="inline",
+            rollout_workers=1,
+        ),
+        rft=RFTSettings(rounds=1, samples_per_task=2, sft=SFTConfig(steps=2, batch_size=4)),
+        eval_episodes=1,
     ),
 }

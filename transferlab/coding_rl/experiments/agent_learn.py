@@ -1,0 +1,668 @@
+"""Agent RL on code against its two baselines: SFT, and rejection-sampling fine-tuning (RFT).
+
+The question of issue 17: on held-out multi-turn ``CodeRepair-v0`` tasks, does SFT + RL beat SFT,
+and does it beat fine-tuning on the policy's own verified successes given the same verifier and the
+same number of episodes? Per seed:
+
+1. **SFT.** A tiny policy (or, with ``model_path``, a copy of that local Hugging Face model) is
+   fine-tuned on expert demonstrations (:func:`~transferlab.coding_rl.agents.expert_plan`: read the
+   tests, search, read the source, edit the bug, run the failing test, run all tests, submit) of
+   procedurally generated training repositories
+   (:func:`~transferlab.coding_rl.tasks.procedural.procedural_repo_tasks`; the held-out split never
+   shares a function or a module with them).
+2. **RL** (arm ``rl``): a copy of the SFT policy trained with :func:`~transferlab.coding_rl.trainers.rl.
+   train_rl` in agent mode (GRPO by default; the dense or sparse reward table of ``rl.rewards``).
+   **RFT** (arm ``rft``): another copy trained with :func:`~transferlab.coding_rl.trainers.
+   expert_iteration.expert_iteration` in agent mode — sample episodes, keep those whose submit the
+   same sandbox verifier passed, fine-tune on them (with the demonstrations) — on exactly as many
+   training episodes as RL: ``rounds x samples_per_task x tasks per round = steps x tasks_per_step x
+   group_size`` (the tasks per round are a seeded draw of the training tasks; both counts are in
+   result.json).
+3. **Held-out evaluation** of the three policies on the held-out tasks, the same episodes per task
+   and the same sampling seed for each (the episodes of
+   :func:`~transferlab.coding_rl.experiments.common.evaluate_agent`), keeping one value per
+   (seed, task).
+
+``result.json`` (:mod:`transferlab.platform.results`) holds each arm's held-out success with a 95%
+interval clustered by seed, and the comparisons ``rl - sft``, ``rl - rft`` and ``rft - sft`` paired
+on the same seeds and tasks, clustered by seed (primary) and by (seed, task), each with its number of
+clusters and minimum detectable effect. The report is written from it, with each arm's three-layer
+diagnosis of its held-out episodes (format, single step, sequence: :func:`diagnose`) and the wall
+time of each seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import torch
+from pydantic import Field, model_validator
+from rich.console import Console
+
+from transferlab.coding_rl.experiments.common import (
+    HeldOut,
+    ModelChoice,
+    StartModel,
+    compare,
+    comparison_rows,
+    experiment_command,
+    fit_context,
+    held_out,
+    held_out_interval,
+    mean,
+    model_record,
+    open_experiment,
+    opened_sandbox,
+    policy_line,
+    seed_estimate,
+    toy_tokenizer,
+    write_results,
+)
+from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
+from transferlab.coding_rl.sandbox.backends import SandboxBackend
+from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.coding_rl.trainers.demos import SFTConfig
+from transferlab.coding_rl.trainers.rl import RLConfig
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.harness import Experiment
+from transferlab.platform.reports import Report, plot_bars
+from transferlab.platform.results import Arm, Cluster, Comparison, Result
+from transferlab.platform.trajectory import Trajectory
+
+EXPERIMENT = "coding-agent-learn"
+ARMS = ("sft", "rl", "rft")
+EVAL_SEED = 12_345
+"""The held-out sampling seed, the one :func:`~transferlab.coding_rl.experiments.common.evaluate_agent`
+uses: every arm is scored on the same futures."""
+EDIT_TOOLS = ("edit_file", "write_file")
+EXPERT_STEPS = 7
+"""Tool calls of :func:`~transferlab.coding_rl.agents.expert_plan`'s demonstrations."""
+
+
+class RFTSettings(BaseConfig):
+    """Rejection-sampling fine-tuning (expert iteration) settings; its episode budget is RL's."""
+
+    rounds: int = Field(default=4, ge=1, description="Sample-filter-train rounds.")
+    samples_per_task: int = Field(default=4, ge=1, description="Episodes per drawn task per round.")
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(steps=50, batch_size=8, lr=1e-3),
+        description="The fine-tuning of each round (on demonstrations plus verified successes).",
+    )
+    keep_demos: bool = Field(
+        default=True, description="Start the data set from the SFT demonstrations (else only successes)."
+    )
+
+
+class AgentLearnConfig(ModelChoice):
+    """Settings of the agent-learn experiment (the field defaults are the ``cpu`` preset's)."""
+
+    seeds: list[int] = Field(
+        default=[0, 1, 2], min_length=1, description="One SFT / RL / RFT pipeline per seed."
+    )
+    n_functions: int = Field(
+        default=120,
+        ge=2,
+        description="Generated functions of the procedural repositories (train + held out).",
+    )
+    task_seed: int = Field(default=0, ge=0, description="Seed of the procedural generation and its split.")
+    held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of modules held out.")
+    demo_tasks: int | None = Field(
+        default=None, ge=1, description="Training tasks with an expert demonstration; None = every one."
+    )
+    policy: TinyPolicyConfig = Field(
+        default_factory=lambda: TinyPolicyConfig(n_layer=2, d_model=128, n_head=4, max_positions=1536),
+        description="The tiny policy (its seed is replaced by each run's seed).",
+    )
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(steps=300, batch_size=8, lr=3e-3), description="SFT on the demos."
+    )
+    rl: RLConfig = Field(
+        default_factory=lambda: RLConfig(
+            mode="agent",
+            steps=40,
+            tasks_per_step=8,
+            group_size=4,
+            lr=5e-4,
+            max_new_tokens=64,
+            max_context=1536,
+            max_steps=8,
+            checkpoint_every=10,
+        ),
+        description="The RL arm (its sampling, context and step limits are RFT's and the evaluation's too).",
+    )
+    rft: RFTSettings = Field(
+        default_factory=lambda: RFTSettings(rounds=4, samples_per_task=4), description="The RFT arm."
+    )
+    eval_episodes: int = Field(default=2, ge=1, description="Held-out episodes per task (every arm).")
+    backend: str = Field(default="forkserver", description="Sandbox backend.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.rl.mode != "agent":
+            raise ValueError(f"rl.mode must be 'agent' for agent-learn, got {self.rl.mode!r}")
+        per_round = self.rft.rounds * self.rft.samples_per_task
+        if rl_episodes(self) % per_round:
+            raise ValueError(
+                f"the RFT arm must run as many episodes as RL ({rl_episodes(self)} = rl.steps x "
+                f"rl.tasks_per_step x rl.group_size), but rft.rounds x rft.samples_per_task = {per_round} "
+                "does not divide it: change rft.rounds or rft.samples_per_task"
+            )
+        if self.rl.max_steps < EXPERT_STEPS:
+            raise ValueError(
+                f"rl.max_steps {self.rl.max_steps} is shorter than the expert's {EXPERT_STEPS}-call "
+                f"demonstrations: set rl.max_steps >= {EXPERT_STEPS}"
+            )
+        if self.model_path is None and self.policy.max_positions < self.rl.max_context:
+            raise ValueError(
+                f"policy.max_positions {self.policy.max_positions} is shorter than rl.max_context "
+                f"{self.rl.max_context}: raise policy.max_positions or lower rl.max_context"
+            )
+        return self
+
+
+def rl_episodes(config: AgentLearnConfig) -> int:
+    """Training episodes of the RL arm: steps x tasks per step x group size."""
+    return config.rl.steps * config.rl.tasks_per_step * config.rl.group_size
+
+
+def rft_tasks_per_round(config: AgentLearnConfig) -> int:
+    """Tasks the RFT arm samples each round so that its episodes equal RL's."""
+    return rl_episodes(config) // (config.rft.rounds * config.rft.samples_per_task)
+
+
+def rft_tasks(train: Sequence[RepoTask], n: int, seed: int) -> list[RepoTask]:
+    """``n`` training tasks for RFT: a seeded shuffle of ``train``, repeated when ``n`` is larger."""
+    order = list(train)
+    random.Random(f"rft:{seed}").shuffle(order)
+    return [order[i % len(order)] for i in range(n)]
+
+
+# ------------------------------------------------------------------------------------- diagnosis
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The three layers of a set of episodes (seed 004's: format -> single step -> sequence).
+
+    * ``format``: the share of all actions that parsed as a valid tool call and ran (step info
+      ``tool_ok``);
+    * ``single_step``: the share of episodes whose *first* ``edit_file`` / ``write_file`` call changed
+      the file (the environment's ``write_file_success`` event); an episode with no edit call, or whose
+      first edit failed to parse, named a missing file or text, or changed nothing, fails this layer;
+    * ``sequence``: the share of episodes whose submit passed the verifier (success).
+    """
+
+    actions: int
+    valid_actions: int
+    episodes: int
+    first_edit_ok: int
+    successes: int
+    endings: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "actions": self.actions,
+            "valid_actions": self.valid_actions,
+            "episodes": self.episodes,
+            "first_edit_ok": self.first_edit_ok,
+            "successes": self.successes,
+            "endings": dict(self.endings),
+        }
+
+
+def _first_edit_ok(traj: Trajectory) -> bool:
+    for rec in traj.steps:
+        if rec.info.get("tool") in EDIT_TOOLS:
+            return bool(rec.info.get("events", {}).get("write_file_success"))
+    return False
+
+
+def _ending(traj: Trajectory) -> str:
+    """How the episode ended: 'submit', or the cut ('steps', 'context', 'timeout')."""
+    last = traj.steps[-1]
+    cut = last.info.get("cut")
+    if cut is not None:
+        return str(cut)
+    if last.info.get("tool") == "submit" and last.terminated:
+        return "submit"
+    return "steps" if last.truncated else "other"
+
+
+def diagnose(trajs: Sequence[Trajectory]) -> Diagnosis:
+    """Count the three layers over ``trajs`` (see :class:`Diagnosis`)."""
+    steps = [rec for t in trajs for rec in t.steps]
+    return Diagnosis(
+        actions=len(steps),
+        valid_actions=sum(bool(rec.info.get("tool_ok")) for rec in steps),
+        episodes=len(trajs),
+        first_edit_ok=sum(_first_edit_ok(t) for t in trajs),
+        successes=sum(bool(t.steps[-1].info.get("success")) for t in trajs),
+        endings=dict(sorted(Counter(_ending(t) for t in trajs).items())),
+    )
+
+
+def layers(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Pooled layer shares over saved :meth:`Diagnosis.to_dict` rows (one per seed)."""
+    actions = sum(r["actions"] for r in rows)
+    episodes = sum(r["episodes"] for r in rows)
+    endings: Counter[str] = Counter()
+    for r in rows:
+        endings.update(r["endings"])
+    return {
+        "format": sum(r["valid_actions"] for r in rows) / actions if actions else 0.0,
+        "single_step": sum(r["first_edit_ok"] for r in rows) / episodes if episodes else 0.0,
+        "sequence": sum(r["successes"] for r in rows) / episodes if episodes else 0.0,
+        "actions": actions,
+        "episodes": episodes,
+        "endings": dict(sorted(endings.items())),
+    }
+
+
+# ----------------------------------------------------------------------------------------- setup
+
+
+class Setup:
+    """Tasks, tokenizer, sandbox and demonstrations of a run; the per-seed arms."""
+
+    def __init__(
+        self, exp: Experiment, config: AgentLearnConfig, sandbox: SandboxBackend, start: StartModel | None
+    ) -> None:
+        from transferlab.coding_rl.tasks.procedural import procedural_repo_tasks
+
+        self.exp, self.config, self.sandbox, self.start = exp, config, sandbox, start
+        self.train, self.held = procedural_repo_tasks(
+            config.n_functions, seed=config.task_seed, held_out_fraction=config.held_out_fraction
+        )
+        if not self.train or not self.held:
+            raise ValueError(
+                f"n_functions={config.n_functions} gave {len(self.train)} training and {len(self.held)} "
+                "held-out tasks; raise n_functions"
+            )
+        if start is not None:
+            self.tokenizer = start.tokenizer
+        else:
+            from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_tasks
+
+            code_train, code_held = toy_tasks()
+            repo_train, repo_held = toy_repo_tasks()
+            self.tokenizer = toy_tokenizer(
+                code_train + code_held, repo_train + repo_held + self.train + self.held
+            )
+        self._demos: list[Trajectory] | None = None
+
+    def demos(self) -> list[Trajectory]:
+        """Expert demonstrations of the first ``demo_tasks`` training tasks (made once per run)."""
+        if self._demos is None:
+            from transferlab.coding_rl.agents import expert_plan
+            from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+            from transferlab.coding_rl.trainers.demos import scripted_demonstration
+
+            cfg = self.config
+            env = CodeRepairEnv(self.train, sandbox=self.sandbox, max_steps=cfg.rl.max_steps)
+            chosen = self.train[: cfg.demo_tasks] if cfg.demo_tasks is not None else self.train
+            self._demos = [scripted_demonstration(env, t, expert_plan(t), self.tokenizer) for t in chosen]
+            env.close()
+        return self._demos
+
+    def episodes(self, model: Any) -> list[Trajectory]:
+        """``eval_episodes`` held-out episodes per task, as :func:`common.evaluate_agent` runs them."""
+        from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+        from transferlab.coding_rl.policies.generation import SamplingConfig
+        from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
+
+        rl = self.config.rl
+        flat = [t for t in self.held for _ in range(self.config.eval_episodes)]
+        envs = [CodeRepairEnv(list(self.held), max_steps=rl.max_steps, sandbox=self.sandbox) for _ in flat]
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=rl.max_new_tokens, seed=EVAL_SEED)
+        return policy_episodes(model, self.tokenizer, envs, flat, sampling, rl.max_context)
+
+    def evaluate(self, model: Any) -> dict[str, Any]:
+        """Per held-out task its success rate, and the diagnosis of the same episodes."""
+        trajs = self.episodes(model)
+        n = self.config.eval_episodes
+        wins = [bool(t.steps[-1].info.get("success")) for t in trajs]
+        return {
+            "held_out": [sum(wins[i * n : (i + 1) * n]) / n for i in range(len(self.held))],
+            "diagnosis": diagnose(trajs).to_dict(),
+        }
+
+    def sft_policy(self, seed: int) -> Any:
+        """The seed's SFT policy: trained once and saved in ``arms/sft-seed<seed>/policy``."""
+        from transferlab.coding_rl.trainers.demos import train_sft
+
+        directory = self.exp.arm_dir(f"sft-seed{seed}") / "policy"
+        if (directory / "config.json").exists():
+            return load_policy(directory, device="cpu", dtype="float32")[0]
+        cfg = self.config
+        if self.start is not None:
+            model = self.start.fresh()
+        else:
+            model = cfg.policy.model_copy(update={"seed": seed}).create(self.tokenizer)
+        with self.exp.arm_logger(f"sft-seed{seed}") as logger:
+            train_sft(model, self.tokenizer, self.demos(), cfg.sft.model_copy(update={"seed": seed}), logger)
+        save_policy(model, self.tokenizer, directory)
+        return model
+
+    def sft_arm(self, seed: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        model = self.sft_policy(seed)
+        return {
+            **self.evaluate(model),
+            "demonstrations": len(self.demos()),
+            "seconds": time.perf_counter() - t0,
+        }
+
+    def rl_arm(self, seed: int, sft_model: Any) -> dict[str, Any]:
+        """A copy of the SFT policy trained with ``train_rl`` (resumes from its checkpoint)."""
+        from transferlab.coding_rl.trainers.rl import train_rl
+
+        arm = f"rl-seed{seed}"
+        cfg = self.config
+        rl = cfg.rl.model_copy(update={"seed": seed, "sandbox_backend": cfg.backend})
+        t0 = time.perf_counter()
+        with self.exp.arm_logger(arm, resume=True) as logger:
+            result = train_rl(
+                copy.deepcopy(sft_model),
+                self.tokenizer,
+                self.train,
+                rl,
+                self.exp.arm_dir(arm),
+                logger,
+                resume=True,
+            )
+        history = _history(self.exp.run.dir / "arms" / arm / "metrics.parquet")
+        episodes = history.get("rollout/episodes", [])
+        return {
+            **self.evaluate(result.model),
+            "training_episodes": int(sum(episodes)) if episodes else rl_episodes(cfg),
+            "train_success": history.get("rollout/success_rate", []),
+            "seconds": time.perf_counter() - t0,
+        }
+
+    def rft_arm(self, seed: int, sft_model: Any) -> dict[str, Any]:
+        """A copy of the SFT policy trained by expert iteration on RL's number of episodes."""
+        from transferlab.coding_rl.trainers.expert_iteration import ExpertIterationConfig, expert_iteration
+        from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
+
+        cfg, rl, rft = self.config, self.config.rl, self.config.rft
+        t0 = time.perf_counter()
+        model = copy.deepcopy(sft_model)
+        tasks = rft_tasks(self.train, rft_tasks_per_round(cfg), seed)
+        ei = ExpertIterationConfig(
+            rounds=rft.rounds,
+            samples_per_task=rft.samples_per_task,
+            mode="agent",
+            temperature=rl.temperature,
+            max_new_tokens=rl.max_new_tokens,
+            max_context=rl.max_context,
+            max_steps=rl.max_steps,
+            sft=rft.sft,
+            seed=seed,
+        )
+        spec = WorkerSpec(
+            policy_dir="", sandbox_backend=cfg.backend, rewards=rl.rewards, max_steps=rl.max_steps, threads=0
+        )
+        worker = RolloutWorker(model, self.tokenizer, spec, sandbox=self.sandbox)
+        demos = self.demos() if rft.keep_demos else []
+        with self.exp.arm_logger(f"rft-seed{seed}") as logger:
+            stats = expert_iteration(model, self.tokenizer, tasks, demos, ei, worker=worker, logger=logger)
+        return {
+            **self.evaluate(model),
+            "training_episodes": rft.rounds * rft.samples_per_task * len(tasks),
+            "tasks_per_round": len(tasks),
+            "train_success": [s.success_rate for s in stats],
+            "new_trajectories": [s.new_trajectories for s in stats],
+            "data_size": stats[-1].data_size,
+            "seconds": time.perf_counter() - t0,
+        }
+
+
+def _history(path: Path) -> dict[str, list[float]]:
+    """Per metric key, its values by step (from an arm's metrics.parquet)."""
+    from transferlab.platform.metrics import read_metrics
+
+    df = read_metrics(path, missing_ok=True)
+    out: dict[str, list[float]] = {}
+    for key, group in df.groupby("key"):
+        out[str(key)] = group.sort_values("step")["value"].astype(float).tolist()
+    return out
+
+
+# ------------------------------------------------------------------------------------------- run
+
+Results = dict[str, dict[str, Any]]
+
+
+def run_agent_learn(
+    config: AgentLearnConfig,
+    runs_root: Path = Path("runs"),
+    report_dir: Path | None = None,
+    resume: Path | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Per seed: SFT, then RL and RFT from it, all scored on the held-out tasks; result, summary,
+    report. A resumed run keeps its finished arms (the RL arm resumes from its checkpoint)."""
+    from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
+
+    exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console)
+    command = experiment_command(
+        "agent-learn", config, AGENT_LEARN_PRESETS, exp.run.dir, runs_root, report_dir
+    )
+    config = config.model_copy(
+        update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
+    )
+    torch.set_num_threads(1)
+    results: Results = {}
+    with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
+        setup = Setup(exp, config, sandbox, start)
+        bar = exp.progress.add_task("agent-learn", total=len(config.seeds) * len(ARMS))
+        for seed in config.seeds:
+            exp.progress.update(bar, description=f"SFT seed {seed}")
+            results[f"sft-seed{seed}"] = exp.arm(f"sft-seed{seed}", functools.partial(setup.sft_arm, seed))
+            exp.progress.advance(bar)
+            sft = setup.sft_policy(seed)
+            exp.progress.update(bar, description=f"RL seed {seed}")
+            results[f"rl-seed{seed}"] = exp.arm(f"rl-seed{seed}", functools.partial(setup.rl_arm, seed, sft))
+            exp.progress.advance(bar)
+            exp.progress.update(bar, description=f"RFT seed {seed}")
+            results[f"rft-seed{seed}"] = exp.arm(
+                f"rft-seed{seed}", functools.partial(setup.rft_arm, seed, sft)
+            )
+            exp.progress.advance(bar)
+        result = build_result(config, results, command, len(setup.train), len(setup.held))
+        summary = summarise(result, exp.elapsed_s())
+        summary["run_dir"] = str(exp.run.dir)
+        summary["model"] = model_record(config.policy, start)
+        exp.run.write_artifact_json("summary.json", summary)
+        write_results(exp, result, report_dir)
+        exp.write_report(build_report(config, result, exp, start), report_dir)
+    return summary
+
+
+def build_result(
+    config: AgentLearnConfig, results: Results, command: str, n_train: int, n_held: int
+) -> Result:
+    """Each arm's held-out success, diagnosis, training episodes and seconds per seed; the comparisons
+    ``rl - sft``, ``rl - rft``, ``rft - sft`` clustered by seed and by (seed, task)."""
+    data: dict[str, HeldOut] = {arm: held_out(results, arm, config.seeds, "held_out") for arm in ARMS}
+    arms: dict[str, Arm] = {}
+    for arm, d in data.items():
+        rows = [results[f"{arm}-seed{s}"] for s in config.seeds]
+        entry: dict[str, Any] = {
+            "held_out_success": seed_estimate(d),
+            "n_episodes": len(d.values) * config.eval_episodes,
+            "per_seed": [mean(r["held_out"]) for r in rows],
+            "diagnosis": layers([r["diagnosis"] for r in rows]),
+            "seconds_per_seed": [float(r["seconds"]) for r in rows],
+        }
+        if arm != "sft":
+            entry["training_episodes"] = [int(r["training_episodes"]) for r in rows]
+            entry["train_success"] = [r["train_success"] for r in rows]
+        if arm == "rft":
+            entry["tasks_per_round"] = rows[0]["tasks_per_round"]
+            entry["data_size"] = [int(r["data_size"]) for r in rows]
+        arms[arm] = Arm.model_validate(entry)
+    clusters: tuple[Cluster, ...] = ("seed", "seed+task")
+    comparisons: list[Comparison] = [
+        *compare("rl - sft", data["sft"], data["rl"], clusters),
+        *compare("rl - rft", data["rft"], data["rl"], clusters),
+        *compare("rft - sft", data["sft"], data["rft"], clusters),
+    ]
+    settings = config.model_dump(mode="json")
+    settings["tasks"] = {"train": n_train, "held_out": n_held}
+    settings["budget"] = {
+        "rl_episodes": rl_episodes(config),
+        "rft_episodes": config.rft.rounds * config.rft.samples_per_task * rft_tasks_per_round(config),
+    }
+    return Result(
+        experiment=EXPERIMENT,
+        command=command,
+        seeds=list(config.seeds),
+        settings=settings,
+        arms=arms,
+        comparisons=comparisons,
+    )
+
+
+def summarise(result: Result, seconds: float) -> dict[str, Any]:
+    """summary.json: the result, the seconds, and the primary (seed-clustered) verdict lines."""
+    dumped = result.model_dump(mode="json")
+    verdicts = {c.name: c.sentence() for c in result.comparisons if c.cluster == "seed"}
+    return {"seconds": seconds, "result": dumped, "verdicts": verdicts}
+
+
+def seconds_per_seed(result: Result) -> list[float]:
+    """Wall time of each seed: its SFT, RL and RFT arms (training and held-out evaluation)."""
+    per_arm = [(result.arms[a].model_extra or {})["seconds_per_seed"] for a in ARMS]
+    return [sum(v) for v in zip(*per_arm, strict=True)]
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def build_report(
+    config: AgentLearnConfig, result: Result, exp: Experiment, start: StartModel | None
+) -> Report:
+    """The Markdown/HTML report, every figure from ``result``."""
+    extras = {arm: row.model_extra or {} for arm, row in result.arms.items()}
+    report = Report("Agent RL vs SFT vs rejection-sampling fine-tuning on CodeRepair-v0")
+    report.paragraph(
+        "Held-out success (episodes whose submit passed the verifier, on repositories whose functions "
+        f"and modules never occur in training): SFT {held_out_interval(result, 'sft').format('.2f')}, "
+        f"SFT + RL {held_out_interval(result, 'rl').format('.2f')}, SFT + RFT "
+        f"{held_out_interval(result, 'rft').format('.2f')} (95% intervals clustered by seed)."
+    )
+    report.bullets([c.sentence() + "." for c in result.comparisons if c.cluster == "seed"])
+    budget = result.settings["budget"]
+    report.paragraph(
+        f"Same budget: RL trained on {budget['rl_episodes']} episodes per seed ({config.rl.steps} steps x "
+        f"{config.rl.tasks_per_step} tasks x G={config.rl.group_size}), RFT on {budget['rft_episodes']} "
+        f"({config.rft.rounds} rounds x {config.rft.samples_per_task} samples x "
+        f"{extras['rft']['tasks_per_round']} tasks); episodes actually run per seed: RL "
+        f"{', '.join(map(str, extras['rl']['training_episodes']))}, RFT "
+        f"{', '.join(map(str, extras['rft']['training_episodes']))}. Same verifier (every developer and "
+        "hidden test), same starting SFT policy, same held-out episodes."
+    )
+    report.table(
+        [
+            {
+                "arm": arm,
+                "held-out success": held_out_interval(result, arm),
+                "held-out episodes": result.arms[arm].n_episodes,
+                "training episodes / seed": ", ".join(map(str, extras[arm].get("training_episodes", ["—"]))),
+                "format": _pct(extras[arm]["diagnosis"]["format"]),
+                "single step": _pct(extras[arm]["diagnosis"]["single_step"]),
+                "sequence": _pct(extras[arm]["diagnosis"]["sequence"]),
+            }
+            for arm in result.arms
+        ]
+    )
+    report.heading("Comparisons")
+    report.paragraph(
+        "Differences on held-out success, paired on the same seeds and tasks; 95% two-stage bootstrap "
+        "intervals clustered by seed (primary) and by (seed, task); MDE = the smallest true difference "
+        "the interval's width would detect with 80% power (too small with few seeds, like the "
+        "intervals). A difference whose interval includes zero is reported as 'pipeline ran', never "
+        "as an improvement. Every figure here is in result.json next to this report."
+    )
+    report.table(comparison_rows(result))
+    report.heading("Where the episodes fail (three layers)")
+    report.paragraph(
+        "Over each arm's held-out episodes, pooled over seeds. Format: the share of actions that parse "
+        "as a valid tool call with valid arguments and run (step info `tool_ok`). Single step: the share "
+        "of episodes whose first `edit_file` / `write_file` call changed the file (the environment's "
+        "`write_file_success` event; an episode without an edit, or whose first edit did not parse, "
+        "named a missing file or text, or changed nothing, fails this layer). Sequence: the share of "
+        "episodes whose submit passed the verifier. Endings: how the episodes ended (submit, step limit, "
+        "context limit, timeout)."
+    )
+    report.table(
+        [
+            {
+                "arm": arm,
+                "actions": extras[arm]["diagnosis"]["actions"],
+                "format": _pct(extras[arm]["diagnosis"]["format"]),
+                "episodes": extras[arm]["diagnosis"]["episodes"],
+                "single step": _pct(extras[arm]["diagnosis"]["single_step"]),
+                "sequence": _pct(extras[arm]["diagnosis"]["sequence"]),
+                "endings": ", ".join(f"{k} {v}" for k, v in extras[arm]["diagnosis"]["endings"].items()),
+            }
+            for arm in result.arms
+        ]
+    )
+    report.heading("Wall time per seed")
+    per_seed = seconds_per_seed(result)
+    report.table(
+        [
+            {
+                "seed": seed,
+                **{f"{arm} (min)": f"{extras[arm]['seconds_per_seed'][i] / 60:.1f}" for arm in ARMS},
+                "total (min)": f"{per_seed[i] / 60:.1f}",
+            }
+            for i, seed in enumerate(result.seeds)
+        ]
+    )
+    report.figure(
+        plot_bars({a: held_out_interval(result, a) for a in result.arms}, ylabel="held-out success"),
+        "held_out",
+        "Held-out success per arm, 95% bootstrap intervals clustered by seed.",
+    )
+    _settings(report, config, result, exp, start)
+    return report
+
+
+def _settings(
+    report: Report, config: AgentLearnConfig, result: Result, exp: Experiment, start: StartModel | None
+) -> None:
+    rl, tasks = config.rl, result.settings["tasks"]
+    report.heading("Settings")
+    report.bullets(
+        [
+            f"tasks: procedural repositories from {config.n_functions} functions (generation seed "
+            f"{config.task_seed}): {tasks['train']} training and {tasks['held_out']} held-out tasks "
+            f"({config.held_out_fraction:.0%} of the modules held out); expert demonstrations for "
+            f"{config.demo_tasks if config.demo_tasks is not None else 'every'} training task(s)",
+            f"{policy_line(config.policy, start)}; SFT {config.sft.steps} steps x {config.sft.batch_size}",
+            f"RL: {rl.algo.upper()}, {rl.rewards} rewards, {rl.steps} steps x {rl.tasks_per_step} tasks x "
+            f"G={rl.group_size}, lr {rl.lr}; rollouts on {rl.rollout_backend} workers x {rl.rollout_workers}",
+            f"RFT: {config.rft.rounds} rounds x {config.rft.samples_per_task} samples per task, fine-tuning "
+            f"{config.rft.sft.steps} steps x {config.rft.sft.batch_size} per round (lr {config.rft.sft.lr}), "
+            f"demonstrations {'kept in' if config.rft.keep_demos else 'left out of'} the data",
+            f"episodes: up to {rl.max_steps} tool calls, {rl.max_new_tokens} tokens per call, context "
+            f"{rl.max_context} tokens, temperature {rl.temperature}",
+            f"seeds: {', '.join(map(str, config.seeds))}; held-out: {config.eval_episodes} episodes per task",
+            f"wall time per seed: {', '.join(f'{s / 60:.1f}' for s in seconds_per_seed(result))} min on this "
+            "machine",
+            f"run directory: {exp.run.dir}",
+        ]
+    )
+    report.code(result.command)
