@@ -1,0 +1,177 @@
+"""agent-learn: the result by hand, the budget rule, and the smoke preset end to end with --resume."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from transferlab.cli import app
+from transferlab.coding_rl.experiments.agent_learn import (
+    AgentLearnConfig,
+    RFTSettings,
+    build_result,
+    layers,
+    rft_tasks,
+    rft_tasks_per_round,
+    rl_episodes,
+    seconds_per_seed,
+)
+from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
+from transferlab.coding_rl.trainers.rl import RLConfig
+from transferlab.platform.config import ConfigError
+from transferlab.platform.results import read_result
+
+
+def diag(actions: int, valid: int, episodes: int, edits: int, wins: int) -> dict[str, Any]:
+    return {
+        "actions": actions,
+        "valid_actions": valid,
+        "episodes": episodes,
+        "first_edit_ok": edits,
+        "successes": wins,
+        "endings": {"submit": wins, "steps": episodes - wins},
+    }
+
+
+def hand_results(held: dict[str, list[list[float]]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for arm, per_seed in held.items():
+        for s, values in enumerate(per_seed):
+            row: dict[str, Any] = {
+                "held_out": values,
+                "diagnosis": diag(10, 8, 2, 1, int(sum(values))),
+                "seconds": 60.0 * (s + 1),
+            }
+            if arm != "sft":
+                row.update(training_episodes=64, train_success=[0.5])
+            if arm == "rft":
+                row.update(tasks_per_round=8, data_size=12)
+            out[f"{arm}-seed{s}"] = row
+    return out
+
+
+def test_result_by_hand_comparisons_layers_and_wall_time() -> None:
+    config = AgentLearnConfig(seeds=[0, 1])
+    held = {
+        "sft": [[0.0, 0.0], [0.0, 1.0]],
+        "rl": [[1.0, 1.0], [1.0, 1.0]],
+        "rft": [[1.0, 0.0], [0.0, 0.0]],
+    }
+    result = build_result(config, hand_results(held), "transferlab coding experiment agent-learn", 40, 2)
+    assert set(result.arms) == {"sft", "rl", "rft"}
+    assert result.arms["rl"].held_out_success.estimate == pytest.approx(1.0)
+    assert result.arms["sft"].n_episodes == 2 * 2 * config.eval_episodes
+    rl_sft = result.comparison("rl - sft")
+    assert rl_sft.estimate == pytest.approx(0.75) and (rl_sft.cluster, rl_sft.n_clusters) == ("seed", 2)
+    names = {(c.name, c.cluster, c.n_clusters) for c in result.comparisons}
+    for name in ("rl - sft", "rl - rft", "rft - sft"):
+        assert (name, "seed", 2) in names and (name, "seed+task", 4) in names
+    rft_sft = next(c for c in result.comparisons if c.name == "rft - sft" and c.cluster == "seed+task")
+    assert rft_sft.estimate == pytest.approx(0.0) and rft_sft.ci[0] < 0 < rft_sft.ci[1]
+    assert "pipeline ran" in rft_sft.sentence() and "improved" not in rft_sft.sentence()
+    extra = result.arms["rl"].model_extra
+    assert extra is not None
+    assert extra["diagnosis"]["format"] == pytest.approx(0.8)
+    assert extra["diagnosis"]["single_step"] == pytest.approx(0.5)
+    assert extra["diagnosis"]["sequence"] == pytest.approx(4 / 4)
+    assert seconds_per_seed(result) == [180.0, 360.0]
+    assert result.settings["tasks"] == {"train": 40, "held_out": 2}
+    assert result.settings["budget"]["rl_episodes"] == result.settings["budget"]["rft_episodes"]
+
+
+def test_layers_pool_counts_over_seeds() -> None:
+    pooled = layers([diag(10, 5, 4, 1, 0), diag(30, 30, 4, 3, 2)])
+    assert pooled["format"] == pytest.approx(35 / 40)
+    assert pooled["single_step"] == pytest.approx(4 / 8)
+    assert pooled["sequence"] == pytest.approx(2 / 8)
+    assert pooled["endings"] == {"steps": 6, "submit": 2}
+
+
+def test_rft_budget_equals_rl_budget_in_every_preset() -> None:
+    for name, config in AGENT_LEARN_PRESETS.items():
+        per_round = config.rft.rounds * config.rft.samples_per_task
+        assert per_round * rft_tasks_per_round(config) == rl_episodes(config), name
+
+
+def test_a_budget_rft_cannot_match_is_refused_naming_the_fix() -> None:
+    rl = RLConfig(mode="agent", steps=3, tasks_per_step=1, group_size=2, max_steps=7, max_context=512)
+    with pytest.raises(ConfigError, match=re.escape("rft.rounds or rft.samples_per_task")):
+        AgentLearnConfig(rl=rl, rft=RFTSettings(rounds=4, samples_per_task=1))
+    with pytest.raises(ConfigError, match=re.escape("rl.mode must be 'agent'")):
+        AgentLearnConfig(
+            rl=rl.model_copy(update={"mode": "code"}), rft=RFTSettings(rounds=3, samples_per_task=2)
+        )
+    with pytest.raises(ConfigError, match=re.escape("set rl.max_steps >= 7")):
+        AgentLearnConfig(
+            rl=rl.model_copy(update={"max_steps": 3}), rft=RFTSettings(rounds=3, samples_per_task=2)
+        )
+
+
+def test_rft_tasks_cycle_a_seeded_shuffle() -> None:
+    train: list[Any] = [f"t{i}" for i in range(5)]
+    drawn: list[Any] = rft_tasks(train, 12, seed=1)
+    assert len(drawn) == 12 and sorted(drawn[:5]) == train and drawn[5:10] == drawn[:5]
+    assert rft_tasks(train, 12, seed=1) == drawn
+
+
+def test_bad_config_file_is_one_error_line(tmp_path: Path) -> None:
+    bad = AGENT_LEARN_PRESETS["smoke"].model_dump(mode="json")
+    bad["rft"]["rounds"] = 3  # 8 episodes of RL; 3 x 2 does not divide them
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    result = CliRunner().invoke(
+        app, ["coding", "experiment", "agent-learn", "--config", str(path), "--runs-root", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "error:" in result.output and "rft.rounds or rft.samples_per_task" in result.output
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, ["coding", "experiment", "agent-learn", *args])
+
+
+def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_path: Path) -> None:
+    runs, report = tmp_path / "runs", tmp_path / "report"
+    out = _invoke("--preset", "smoke", "--runs-root", str(runs), "--report-dir", str(report))
+    assert out.exit_code == 0, out.output
+    [run_dir] = (runs / "coding-agent-learn").iterdir()
+    result = read_result(run_dir / "result.json")
+    assert read_result(report) == result
+    assert result.experiment == "coding-agent-learn" and result.seeds == [0]
+    assert result.command.startswith("transferlab coding experiment agent-learn --preset smoke")
+    assert set(result.arms) == {"sft", "rl", "rft"}
+    n_held = result.settings["tasks"]["held_out"]
+    for arm in result.arms.values():
+        assert arm.n_episodes == n_held  # smoke: 1 seed x 1 episode per held-out task
+    rl, rft = result.arms["rl"].model_extra, result.arms["rft"].model_extra
+    assert rl is not None and rft is not None
+    assert rl["training_episodes"] == rft["training_episodes"] == [rl_episodes(AGENT_LEARN_PRESETS["smoke"])]
+    assert {(c.name, c.cluster) for c in result.comparisons} == {
+        (name, cluster) for name in ("rl - sft", "rl - rft", "rft - sft") for cluster in ("seed", "seed+task")
+    }
+    for c in result.comparisons:
+        assert c.n_clusters == (1 if c.cluster == "seed" else n_held) and c.mde >= 0
+    markdown = (report / "report.md").read_text().replace("\\", "")  # Markdown escapes
+    for c in result.comparisons:
+        if c.cluster == "seed":
+            assert c.sentence() in markdown and c.sentence() in out.output
+    for name, arm in result.arms.items():
+        h = arm.held_out_success
+        assert f"| {name} | {h.estimate:.3f} [{h.ci[0]:.3f}, {h.ci[1]:.3f}] | {arm.n_episodes} |" in markdown
+    assert f"RL {rl['training_episodes'][0]}, RFT {rft['training_episodes'][0]}" in markdown
+
+    # resume: the finished arms are kept (not recomputed), the missing one is computed again
+    kept = {arm: (run_dir / "arms" / f"{arm}-seed0" / "result.json") for arm in ("sft", "rl")}
+    before = {arm: (p.stat().st_mtime_ns, p.read_text()) for arm, p in kept.items()}
+    (run_dir / "arms" / "rft-seed0" / "result.json").unlink()
+    again = _invoke("--resume", str(run_dir), "--runs-root", str(runs))
+    assert again.exit_code == 0, again.output
+    assert {arm: (p.stat().st_mtime_ns, p.read_text()) for arm, p in kept.items()} == before
+    assert (run_dir / "arms" / "rft-seed0" / "result.json").is_file()
+    resumed = read_result(run_dir / "result.json")
+    assert resumed.arms["sft"] == result.arms["sft"] and resumed.arms["rl"] == result.arms["rl"]
