@@ -175,3 +175,27 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     assert (run_dir / "arms" / "rft-seed0" / "result.json").is_file()
     resumed = read_result(run_dir / "result.json")
     assert resumed.arms["sft"] == result.arms["sft"] and resumed.arms["rl"] == result.arms["rl"]
+
+    # the held-out values are evaluate_agent's episodes: the saved SFT policy scores the same there
+    from transferlab.coding_rl.experiments.common import evaluate_agent, opened_sandbox
+    from transferlab.coding_rl.policies.model import load_policy
+    from transferlab.coding_rl.tasks.procedural import procedural_repo_tasks
+
+    smoke = AGENT_LEARN_PRESETS["smoke"]
+    _, held_tasks = procedural_repo_tasks(
+        smoke.n_functions, seed=smoke.task_seed, held_out_fraction=smoke.held_out_fraction
+    )
+    model, tokenizer = load_policy(run_dir / "arms" / "sft-seed0" / "policy", device="cpu", dtype="float32")
+    with opened_sandbox() as sandbox:
+        direct = evaluate_agent(
+            model,
+            tokenizer,
+            held_tasks,
+            sandbox,
+            episodes_per_task=smoke.eval_episodes,
+            max_new_tokens=smoke.rl.max_new_tokens,
+            max_context=smoke.rl.max_context,
+            max_steps=smoke.rl.max_steps,
+        )
+    saved = json.loads((run_dir / "arms" / "sft-seed0" / "result.json").read_text())
+    assert saved["held_out"] == direct
