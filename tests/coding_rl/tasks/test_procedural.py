@@ -15,7 +15,15 @@ from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.corpus import open_verifier
 from transferlab.coding_rl.tasks.mutations import OPERATORS
-from transferlab.coding_rl.tasks.procedural import bug_kinds, max_functions, procedural_repo_tasks
+from transferlab.coding_rl.tasks.procedural import (
+    DOMAINS,
+    SUFFIXES,
+    bug_kinds,
+    max_functions,
+    procedural_repo_tasks,
+    renamed,
+    task_names,
+)
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.validate import CHECKS, validate_tasks
 
@@ -137,3 +145,41 @@ def test_bad_arguments_name_the_fix() -> None:
         procedural_repo_tasks(10, held_out_fraction=0.0)
     with pytest.raises(ValueError, match="max_bugs_per_function must be >= 1"):
         procedural_repo_tasks(10, max_bugs_per_function=0)
+
+
+def test_renamed_copies_are_valid_take_no_held_out_name_and_change_every_name(
+    default: Tasks, verifier: Verifier
+) -> None:
+    train, held = default
+    avoid = task_names(held)
+    sample = _sample(train, 8, seed=2)
+    copies = [renamed(t, random.Random(i), avoid) for i, t in enumerate(sample)]
+    for task, copy in zip(sample, copies, strict=True):
+        old_names, old_bodies = _functions(task)
+        new_names, new_bodies = _functions(copy)
+        assert new_bodies == old_bodies  # the same computations
+        assert not new_names & old_names and not new_names & avoid
+        assert copy.meta.source_path != task.meta.source_path
+        assert copy.meta.group == task.meta.group and copy.meta.split == "train"
+        assert copy.meta.bug.operator == task.meta.bug.operator
+        assert copy.meta.entry_point in copy.meta.issue and task.meta.entry_point not in copy.meta.issue
+    # the copies are real tasks: the sandbox validates them and the expert fixes them
+    results = validate_tasks(copies, verifier, reruns=1)
+    assert {r.task_id: r.failed_checks() for r in results if not r.ok} == {}
+    env = CodeRepairEnv(copies, sandbox=verifier.backend, max_steps=7)
+    try:
+        for task in copies:
+            env.reset(options={"task": task.task_id})
+            for action in expert_plan(task):
+                _, _, terminated, _, info = env.step(action)
+            assert terminated and info["success"] is True, task.task_id
+    finally:
+        env.close()
+
+
+def test_renamed_is_seeded_and_refuses_when_no_name_is_free(default: Tasks) -> None:
+    task = default[0][0]
+    assert renamed(task, random.Random(5)) == renamed(task, random.Random(5))
+    everything = frozenset(f"{d}_{s}" for d in DOMAINS for s in SUFFIXES)
+    with pytest.raises(ValueError, match="no free names"):
+        renamed(task, random.Random(0), everything)

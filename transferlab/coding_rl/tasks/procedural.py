@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import product
@@ -50,6 +51,8 @@ __all__ = [
     "bug_kinds",
     "max_functions",
     "procedural_repo_tasks",
+    "renamed",
+    "task_names",
 ]
 
 GENERATOR: Final = "transferlab.coding_rl.tasks.procedural"
@@ -766,6 +769,76 @@ def procedural_repo_tasks(
             )
             (held_out if m in held else train).extend(tasks)
     return train, held_out
+
+
+def _substitute(text: str, mapping: dict[str, str]) -> str:
+    """Replace each whole identifier of ``mapping`` in ``text`` (one pass, so swaps are safe)."""
+    if not mapping:
+        return text
+    pattern = re.compile(
+        r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b"
+    )
+    return pattern.sub(lambda m: mapping[m.group(1)], text)
+
+
+def renamed(task: RepoTask, rng: random.Random, avoid: frozenset[str] = frozenset()) -> RepoTask:
+    """``task`` with its module and every function of the module given fresh names (augmentation).
+
+    The new function names are ``verb_noun`` pairs and the module a ``domain_suffix`` name of this
+    grammar, drawn with ``rng`` from the names not in ``avoid`` and not already in the module (pass the
+    held-out split's names as ``avoid`` so a renamed training task never takes a held-out name). Code,
+    tests, issue and bug lines change consistently, so the task is as solvable as before and its bug the
+    same; the task id gets an ``-as-<module>`` suffix and provenance records the original names. A demo
+    made from renamed copies cannot be imitated by remembering which path goes with which function
+    name: the policy has to copy names from what it reads.
+    """
+    functions = [str(f) for f in task.meta.provenance.get("module_functions", [task.meta.entry_point])]
+    module = task.meta.source_path.removeprefix("src/").removesuffix(".py")
+    taken = set(avoid) | set(functions) | {module}
+    free_names = [f"{v}_{n_}" for v in VERBS for n_ in NOUNS if f"{v}_{n_}" not in taken]
+    free_modules = [f"{d}_{s}" for d in DOMAINS for s in SUFFIXES if f"{d}_{s}" not in taken]
+    if len(free_names) < len(functions) or not free_modules:
+        raise ValueError(f"no free names left to rename {task.meta.task_id}; pass a smaller avoid set")
+    mapping = dict(zip(functions, rng.sample(free_names, len(functions)), strict=True))
+    new_module = rng.choice(free_modules)
+    mapping[module] = new_module
+
+    def sub(text: str) -> str:
+        return _substitute(text, mapping)
+
+    def case(c: TestCase) -> TestCase:
+        return c if c.call is None else c.model_copy(update={"call": sub(c.call)})
+
+    bug = task.meta.bug
+    meta = task.meta
+    return make_repo_task(
+        task_id=f"{meta.task_id}-as-{new_module}",
+        module=new_module,
+        buggy_source=sub(task.buggy_source),
+        reference_source=sub(task.reference_source),
+        entry_point=mapping[meta.entry_point],
+        dev_tests=[case(c) for c in task.dev_tests],
+        hidden_tests=[case(c) for c in task.hidden_tests],
+        issue=sub(meta.issue),
+        group=meta.group,
+        bug=BugInfo(operator=bug.operator, line=bug.line, before=sub(bug.before), after=sub(bug.after)),
+        split=meta.split,
+        time_limit_s=meta.time_limit_s,
+        provenance={
+            **meta.provenance,
+            "module_functions": [mapping[f] for f in functions],
+            "renamed_from": {"module": module, "functions": functions},
+        },
+    )
+
+
+def task_names(tasks: list[RepoTask]) -> frozenset[str]:
+    """Every module and function name of ``tasks`` (what :func:`renamed` should avoid)."""
+    names: set[str] = set()
+    for t in tasks:
+        names.add(t.meta.source_path.removeprefix("src/").removesuffix(".py"))
+        names.update(str(f) for f in t.meta.provenance.get("module_functions", [t.meta.entry_point]))
+    return frozenset(names)
 
 
 def bug_kinds(tasks: list[RepoTask]) -> dict[str, int]:
