@@ -171,3 +171,17 @@ def test_sft_with_lora_trains_only_the_adapters(tok: Any) -> None:
     train_sft(model, tok, demos, SFTConfig(steps=2, batch_size=4))
     changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p)}
     assert changed and all(".lora_" in n for n in changed)
+
+
+def test_lr_factor_warmup_then_cosine_by_hand() -> None:
+    from transferlab.coding_rl.trainers.demos import SFTConfig, lr_factor
+
+    cfg = SFTConfig(steps=11, warmup_steps=2, schedule="cosine", lr_min_ratio=0.1)
+    assert lr_factor(0, cfg) == pytest.approx(0.5)
+    assert lr_factor(1, cfg) == pytest.approx(1.0)
+    assert lr_factor(2, cfg) == pytest.approx(1.0)  # first step after warm-up: full lr
+    # halfway through the 8 decay steps (2..10): cos(pi/2) = 0 -> 0.1 + 0.9 * 0.5
+    assert lr_factor(6, cfg) == pytest.approx(0.55)
+    assert lr_factor(10, cfg) == pytest.approx(0.1)
+    constant = SFTConfig(steps=11, warmup_steps=4)
+    assert [lr_factor(s, constant) for s in (0, 3, 4, 10)] == pytest.approx([0.25, 1.0, 1.0, 1.0])

@@ -14,9 +14,10 @@ trains on ``loss_mask`` — action tokens only, never the issue, the file conten
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -109,6 +110,30 @@ class SFTConfig(BaseConfig):
         description="Recompute activations in the backward pass instead of storing them (less memory, "
         "about a third more compute).",
     )
+    schedule: Literal["constant", "cosine"] = Field(
+        default="constant",
+        description="Learning-rate schedule after warm-up: constant, or cosine decay to lr_min_ratio x lr "
+        "at the last step.",
+    )
+    warmup_steps: int = Field(
+        default=0, ge=0, description="Steps of linear warm-up from lr/warmup_steps to lr."
+    )
+    lr_min_ratio: float = Field(default=0.1, ge=0, le=1, description="Cosine: final lr as a share of lr.")
+
+
+def lr_factor(step: int, config: SFTConfig) -> float:
+    """The learning-rate multiplier of 0-based ``step``: linear warm-up, then constant or cosine.
+
+    Warm-up gives ``(step + 1) / warmup_steps`` for ``step < warmup_steps``; cosine then goes from 1 at
+    the first step after warm-up to ``lr_min_ratio`` at the last step (``steps - 1``).
+    """
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    span = max(1, config.steps - 1 - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    return config.lr_min_ratio + (1 - config.lr_min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def train_sft(
@@ -136,6 +161,8 @@ def train_sft(
     model.train()
     losses = []
     for step in range(config.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * lr_factor(step, config)
         chosen = [demos[rng.randrange(len(demos))] for _ in range(config.batch_size)]
         packed = to_tensors(chosen, pad_id=tokenizer.pad_token_id, validate=False)
         batch = {k: packed[k].to(device) for k in ("input_ids", "attention_mask", "loss_mask")}
@@ -147,6 +174,13 @@ def train_sft(
         optimizer.step()
         losses.append(terms.loss.item())
         if logger is not None:
-            logger.log(step_offset + step, {"sft/loss": losses[-1], "sft/grad_norm": float(grad_norm)})
+            logger.log(
+                step_offset + step,
+                {
+                    "sft/loss": losses[-1],
+                    "sft/grad_norm": float(grad_norm),
+                    "sft/lr": optimizer.param_groups[0]["lr"],
+                },
+            )
     model.eval()
     return losses
