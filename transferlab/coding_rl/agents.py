@@ -69,6 +69,26 @@ def expert_plan(task: RepoTask) -> list[str]:
     ]
 
 
+def direct_plan(task: RepoTask) -> list[str]:
+    """The expert's shortest workflow: search, read the source, fix, run all tests, submit.
+
+    Each call follows from the last observation alone (search hits -> read that file -> its text ->
+    fix -> "wrote" -> run the tests -> a test report -> submit), which a small policy can imitate
+    without counting its own turns; it still reads before it writes and tests after it modifies.
+    """
+    return [
+        call("search_code", pattern=f"def {task.meta.entry_point}"),
+        call("read_file", path=task.meta.source_path),
+        _fix_action(task),
+        call("run_tests", target="all"),
+        call("submit"),
+    ]
+
+
+PLANS = {"full": expert_plan, "direct": direct_plan}
+"""The expert workflows by name (what an experiment's ``workflow`` setting picks)."""
+
+
 def _first_failing_dev_test(task: RepoTask) -> int:
     """Index of a developer test the bug breaks (from provenance when recorded, else 0)."""
     idx = task.meta.provenance.get("failing_dev_test")

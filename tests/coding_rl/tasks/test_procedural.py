@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from transferlab.coding_rl.agents import expert_plan
+from transferlab.coding_rl.agents import PLANS, expert_plan
 from transferlab.coding_rl.env.code_repair import CodeRepairEnv
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.corpus import open_verifier
@@ -183,3 +183,30 @@ def test_renamed_is_seeded_and_refuses_when_no_name_is_free(default: Tasks) -> N
     everything = frozenset(f"{d}_{s}" for d in DOMAINS for s in SUFFIXES)
     with pytest.raises(ValueError, match="no free names"):
         renamed(task, random.Random(0), everything)
+
+
+def test_the_direct_workflow_reads_before_it_writes_tests_and_solves(
+    default: Tasks, verifier: Verifier
+) -> None:
+    sample = _sample(default[0], 3, seed=3) + _sample(default[1], 2, seed=3)
+    env = CodeRepairEnv(sample, sandbox=verifier.backend, max_steps=5)
+    try:
+        for task in sample:
+            env.reset(options={"task": task.task_id})
+            plan = PLANS["direct"](task)
+            assert [json.loads(a)["action"] for a in plan] == [
+                "search_code",
+                "read_file",
+                "edit_file",
+                "run_tests",
+                "submit",
+            ]
+            events: set[str] = set()
+            for action in plan:
+                _, _, terminated, _, info = env.step(action)
+                assert info["tool_ok"], (task.task_id, action)
+                events |= {k for k, v in info["components"].items() if v}
+            assert terminated and info["success"] is True, task.task_id
+            assert {"read_before_write", "test_after_modify"} <= events
+    finally:
+        env.close()

@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
@@ -83,8 +83,8 @@ EVAL_SEED = 12_345
 """The held-out sampling seed, the one :func:`~transferlab.coding_rl.experiments.common.evaluate_agent`
 uses: every arm is scored on the same futures."""
 EDIT_TOOLS = ("edit_file", "write_file")
-EXPERT_STEPS = 7
-"""Tool calls of :func:`~transferlab.coding_rl.agents.expert_plan`'s demonstrations."""
+EXPERT_STEPS = {"full": 7, "direct": 5}
+"""Tool calls of each expert workflow's demonstrations (:data:`~transferlab.coding_rl.agents.PLANS`)."""
 
 
 class RFTSettings(BaseConfig):
@@ -114,6 +114,21 @@ class AgentLearnConfig(ModelChoice):
     )
     task_seed: int = Field(default=0, ge=0, description="Seed of the procedural generation and its split.")
     held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of modules held out.")
+    workflow: Literal["full", "direct"] = Field(
+        default="full",
+        description="The expert's demonstrations: 'full' (read the tests, search, read the source, edit, "
+        "run the failing test, run all, submit) or 'direct' (search, read the source, edit, run all, "
+        "submit; each call follows from the last observation).",
+    )
+    demo_variants: int = Field(
+        default=0,
+        ge=0,
+        description="Extra demonstrations per training task on renamed copies (fresh module and function "
+        "names, never a held-out one), so the policy must copy names from what it reads.",
+    )
+    vocab_size: int = Field(
+        default=512, ge=300, description="Tiny policy: BPE vocabulary trained on the training tasks' texts."
+    )
     demo_tasks: int | None = Field(
         default=None, ge=1, description="Training tasks with an expert demonstration; None = every one."
     )
@@ -155,10 +170,11 @@ class AgentLearnConfig(ModelChoice):
                 f"rl.tasks_per_step x rl.group_size), but rft.rounds x rft.samples_per_task = {per_round} "
                 "does not divide it: change rft.rounds or rft.samples_per_task"
             )
-        if self.rl.max_steps < EXPERT_STEPS:
+        need = EXPERT_STEPS[self.workflow]
+        if self.rl.max_steps < need:
             raise ValueError(
-                f"rl.max_steps {self.rl.max_steps} is shorter than the expert's {EXPERT_STEPS}-call "
-                f"demonstrations: set rl.max_steps >= {EXPERT_STEPS}"
+                f"rl.max_steps {self.rl.max_steps} is shorter than the expert's {need}-call "
+                f"{self.workflow!r} demonstrations: set rl.max_steps >= {need}"
             )
         if self.model_path is None and self.policy.max_positions < self.rl.max_context:
             raise ValueError(
@@ -288,27 +304,32 @@ class Setup:
             )
         if start is not None:
             self.tokenizer = start.tokenizer
-        else:
-            from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_tasks
-
-            code_train, code_held = toy_tasks()
-            repo_train, repo_held = toy_repo_tasks()
-            self.tokenizer = toy_tokenizer(
-                code_train + code_held, repo_train + repo_held + self.train + self.held
-            )
+        else:  # trained on the training split's texts only
+            self.tokenizer = toy_tokenizer([], self.train, vocab_size=config.vocab_size)
         self._demos: list[Trajectory] | None = None
 
+    def demo_tasks(self) -> list[RepoTask]:
+        """The first ``demo_tasks`` training tasks, then ``demo_variants`` renamed copies of each."""
+        from transferlab.coding_rl.tasks.procedural import renamed, task_names
+
+        cfg = self.config
+        chosen = self.train[: cfg.demo_tasks] if cfg.demo_tasks is not None else list(self.train)
+        rng = random.Random(f"agent-learn-demos:{cfg.task_seed}")
+        avoid = task_names(self.held)
+        return chosen + [renamed(t, rng, avoid) for _ in range(cfg.demo_variants) for t in chosen]
+
     def demos(self) -> list[Trajectory]:
-        """Expert demonstrations of the first ``demo_tasks`` training tasks (made once per run)."""
+        """Expert demonstrations (the ``workflow`` plan) of :meth:`demo_tasks` (made once per run)."""
         if self._demos is None:
-            from transferlab.coding_rl.agents import expert_plan
+            from transferlab.coding_rl.agents import PLANS
             from transferlab.coding_rl.env.code_repair import CodeRepairEnv
             from transferlab.coding_rl.trainers.demos import scripted_demonstration
 
             cfg = self.config
-            env = CodeRepairEnv(self.train, sandbox=self.sandbox, max_steps=cfg.rl.max_steps)
-            chosen = self.train[: cfg.demo_tasks] if cfg.demo_tasks is not None else self.train
-            self._demos = [scripted_demonstration(env, t, expert_plan(t), self.tokenizer) for t in chosen]
+            tasks = self.demo_tasks()
+            plan = PLANS[cfg.workflow]
+            env = CodeRepairEnv(tasks, sandbox=self.sandbox, max_steps=cfg.rl.max_steps)
+            self._demos = [scripted_demonstration(env, t, plan(t), self.tokenizer) for t in tasks]
             env.close()
         return self._demos
 
@@ -649,8 +670,10 @@ def _settings(
         [
             f"tasks: procedural repositories from {config.n_functions} functions (generation seed "
             f"{config.task_seed}): {tasks['train']} training and {tasks['held_out']} held-out tasks "
-            f"({config.held_out_fraction:.0%} of the modules held out); expert demonstrations for "
-            f"{config.demo_tasks if config.demo_tasks is not None else 'every'} training task(s)",
+            f"({config.held_out_fraction:.0%} of the modules held out); {config.workflow!r} expert "
+            f"demonstrations for {config.demo_tasks if config.demo_tasks is not None else 'every'} training "
+            f"task(s), plus {config.demo_variants} renamed cop{'y' if config.demo_variants == 1 else 'ies'} "
+            "of each",
             f"{policy_line(config.policy, start)}; SFT {config.sft.steps} steps x {config.sft.batch_size}",
             f"RL: {rl.algo.upper()}, {rl.rewards} rewards, {rl.steps} steps x {rl.tasks_per_step} tasks x "
             f"G={rl.group_size}, lr {rl.lr}; rollouts on {rl.rollout_backend} workers x {rl.rollout_workers}",
