@@ -7,9 +7,11 @@ environment.
 
 * **Dense vs sparse** (:func:`run_dense_sparse`): the same SFT policy, budget and seeds, trained with
   the dense table (a reward at every step) and with the sparse one (+20 / -5 at the end only).
-  Training success is plotted against episodes, and the episodes each needs to reach a fixed success
-  rate are compared with the design note's account (15% success with sparse rewards vs 45% with
-  dense after 1000 rounds).
+  Held-out success is measured every ``curve_every`` RL steps (step 0 = the SFT policy) and plotted
+  against training episodes; the episodes each arm needs to reach a fixed held-out success
+  (``held_out_threshold``) are compared with the design note's account (15% success with sparse
+  rewards vs 45% with dense after 1000 rounds). The same figures on training success (a moving
+  average of the rollouts' success) are kept beside them, labelled as training.
 * **Ablations** (:func:`run_ablations`): KL coefficient 0 vs > 0, and the masking bug — observation
   (tool output) and prompt tokens left in the loss. Besides held-out success, each arm reports how
   far it drifted from the SFT policy (KL on its own held-out episodes) and how well it learned to
@@ -100,9 +102,30 @@ class AgentExperimentConfig(ModelChoice):
         description="RL settings shared by every arm (rewards / KL / masking and seed set per arm).",
     )
     threshold: float = Field(
-        default=0.5, gt=0, le=1, description="Training success rate whose first crossing is compared."
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Dense vs sparse: training success (moving average) whose first crossing is compared.",
     )
     smooth: int = Field(default=5, ge=1, description="Steps in the moving average of training success.")
+    curve_every: int = Field(
+        default=5,
+        ge=0,
+        description=(
+            "Dense vs sparse: RL steps between held-out evaluations during RL (the held-out success "
+            "curve; step 0 is the SFT policy's held-out value); 0 = none. The ablations measure none."
+        ),
+    )
+    held_out_threshold: float = Field(
+        default=0.4,
+        gt=0,
+        le=1,
+        description=(
+            "Dense vs sparse: held-out success whose first crossing on the held-out curve is compared "
+            "(episodes to reach it, per arm and seed). Above the SFT start (about 0.28 on the cpu preset), "
+            "or both arms cross at 0 episodes."
+        ),
+    )
     eval_episodes: int = Field(default=4, ge=1, description="Held-out episodes per task.")
     kl_coef: float = Field(default=0.1, gt=0, description="Ablations: the KL coefficient of the 'kl' arm.")
     backend: str = Field(default="forkserver", description="Sandbox backend.")
@@ -168,11 +191,21 @@ class Setup:
     def held_out_result(self, model: Any) -> dict[str, Any]:
         return {"held_out": self.held_out(model)}
 
-    def rl_arm(self, arm: str, seed: int, sft_model: Any, **rl_updates: Any) -> dict[str, Any]:
-        """Train a copy of the SFT policy with the shared RL settings plus ``rl_updates``."""
+    def rl_arm(
+        self, arm: str, seed: int, sft_model: Any, curve_every: int = 0, **rl_updates: Any
+    ) -> dict[str, Any]:
+        """Train a copy of the SFT policy with the shared RL settings plus ``rl_updates``; with
+        ``curve_every``, the held-out evaluation runs every that many RL steps (logged as
+        ``eval/held_out_success``, returned as ``held_out_curve``: [training episodes, success])."""
         cfg = self.config
         rl = cfg.rl.model_copy(update={"seed": seed, "sandbox_backend": cfg.backend, **rl_updates})
         t0 = time.perf_counter()
+
+        def on_step(step: int, model: Any) -> dict[str, float]:
+            if not curve_every or (step + 1) % curve_every:
+                return {}
+            return {HELD_OUT_KEY: mean(self.held_out(model))}
+
         with self.exp.arm_logger(arm, resume=True) as logger:
             result = train_rl(
                 copy.deepcopy(sft_model),
@@ -182,10 +215,13 @@ class Setup:
                 self.exp.arm_dir(arm),
                 logger,
                 resume=True,
+                on_step=on_step,
             )
-        history = _history(self.exp.run.dir / "arms" / arm / "metrics.parquet")
+        metrics_path = self.exp.run.dir / "arms" / arm / "metrics.parquet"
+        history = _history(metrics_path)
         out: dict[str, Any] = {
             "held_out": self.held_out(result.model),
+            "held_out_curve": _held_out_points(metrics_path),
             "train_success": history.get("rollout/success_rate", []),
             "episodes": history.get("rollout/episodes", []),
             "kl_ref": history.get("kl/ref", []),
@@ -194,6 +230,23 @@ class Setup:
         }
         out.update(drift(result.model, sft_model, self.tokenizer, self.held, self.sandbox, cfg))
         return out
+
+
+HELD_OUT_KEY = "eval/held_out_success"
+
+
+def _held_out_points(path: Path) -> list[list[float]]:
+    """[cumulative training episodes, held-out success] at each step of an arm's metrics.parquet that
+    logged a held-out evaluation (:data:`HELD_OUT_KEY`), in step order."""
+    from transferlab.platform.metrics import read_metrics, wide_metrics
+
+    df = read_metrics(path, missing_ok=True)
+    if HELD_OUT_KEY not in set(df["key"]):
+        return []
+    wide = wide_metrics(df)
+    episodes = wide["rollout/episodes"].fillna(0.0).cumsum()
+    kept = wide[HELD_OUT_KEY].notna()
+    return [[float(e), float(v)] for e, v in zip(episodes[kept], wide[HELD_OUT_KEY][kept], strict=True)]
 
 
 def _history(path: Path) -> dict[str, list[float]]:
@@ -271,8 +324,10 @@ def run_agent_experiment(
     report_dir: Path | None,
     resume: Path | None,
     console: Console | None,
+    curve_every: int = 0,
 ) -> dict[str, Any]:
-    """Per seed: the SFT policy (arm ``sft-seed<s>``), then one RL arm per variant (RLConfig updates).
+    """Per seed: the SFT policy (arm ``sft-seed<s>``), then one RL arm per variant (RLConfig updates),
+    each with a held-out evaluation every ``curve_every`` RL steps (0 = none).
 
     ``steps`` turn the arms' results into the run's :class:`Result` (written as result.json in the run
     directory and next to the report), the summary.json figures, and the report written from the result.
@@ -301,7 +356,8 @@ def run_agent_experiment(
             for variant, updates in variants.items():
                 arm = f"{variant}-seed{seed}"
                 exp.progress.update(bar, description=f"RL {variant} seed {seed}")
-                results[arm] = exp.arm(arm, functools.partial(setup.rl_arm, arm, seed, sft, **updates))
+                compute = functools.partial(setup.rl_arm, arm, seed, sft, curve_every, **updates)
+                results[arm] = exp.arm(arm, compute)
                 exp.progress.advance(bar)
         result = build_result(config, results, command)
         summary = summarise(result, exp.elapsed_s())
@@ -382,11 +438,13 @@ def run_dense_sparse(
         report_dir,
         resume,
         console,
+        curve_every=config.curve_every,
     )
 
 
 def _training_figures(config: AgentExperimentConfig, results: Results, arm: str) -> dict[str, Any]:
-    """Episodes to the threshold (per seed), final smoothed training success, budget, flat groups."""
+    """On training success: episodes to ``threshold`` (per seed), final smoothed training success;
+    the budget and the share of flat GRPO groups."""
     crossings: list[float | None] = []
     finals: list[float | None] = []
     for s in config.seeds:
@@ -405,18 +463,59 @@ def _training_figures(config: AgentExperimentConfig, results: Results, arm: str)
     }
 
 
+def _held_out_figures(config: AgentExperimentConfig, results: Results, arm: str) -> dict[str, Any]:
+    """Per seed, the held-out curve — [0, the SFT policy's held-out success], then the arm's
+    [training episodes, held-out success] points — and the episodes to ``held_out_threshold`` on it
+    (None when the arm measured no curve or never reached it)."""
+    curves: list[list[list[float]]] = []
+    crossings: list[float | None] = []
+    for s in config.seeds:
+        points = [list(map(float, p)) for p in results[f"{arm}-seed{s}"].get("held_out_curve", [])]
+        curve = [[0.0, mean(results[f"sft-seed{s}"]["held_out"])], *points]
+        curves.append(curve)
+        x, y = [p[0] for p in curve], [p[1] for p in curve]
+        crossings.append(first_crossing(x, y, config.held_out_threshold) if points else None)
+    return {"held_out_curve": curves, "episodes_to_held_out_threshold": crossings}
+
+
+def episodes_ratio(dense: list[float | None], sparse: list[float | None]) -> tuple[float | None, str]:
+    """Mean episodes to a threshold, sparse / dense; or None and why (an arm did not reach it in every
+    seed, or dense started there, at 0 episodes).
+
+    >>> episodes_ratio([10.0, 30.0], [60.0, 60.0])
+    (3.0, '')
+    >>> episodes_ratio([10.0, 30.0], [60.0, None])
+    (None, 'sparse did not reach it in every seed')
+    """
+    missing = [arm for arm, values in (("dense", dense), ("sparse", sparse)) if None in values or not values]
+    if len(missing) == 2:
+        return None, "neither arm reached it in every seed"
+    if missing:
+        return None, f"{missing[0]} did not reach it in every seed"
+    d, sp = mean([v for v in dense if v is not None]), mean([v for v in sparse if v is not None])
+    if d == 0:
+        return None, "dense was there from the start (0 episodes)"
+    return sp / d, ""
+
+
 def result_dense_sparse(config: AgentExperimentConfig, results: Results, command: str) -> Result:
-    """Held-out success per arm, episodes to the threshold per seed and their ratio (on the sparse arm:
-    ``episodes_ratio_to_dense``, None unless both arms reached it in every seed); dense - sparse, and
-    each RL arm - SFT."""
+    """Held-out success per arm; on dense and sparse, the held-out curve per seed, the episodes to
+    ``held_out_threshold`` on it per seed and their ratio (on the sparse arm:
+    ``held_out_episodes_ratio_to_dense``), and the same on training success (``episodes_to_threshold``,
+    ``episodes_ratio_to_dense``); ratios are None unless both arms reached the threshold in every seed.
+    Comparisons: dense - sparse, and each RL arm - SFT."""
     data = {arm: held_out(results, arm, config.seeds, "held_out") for arm in ("sft", "dense", "sparse")}
     entries = {arm: _arm_entry(config, results, arm, d) for arm, d in data.items()}
     for arm in ("dense", "sparse"):
+        entries[arm].update(_held_out_figures(config, results, arm))
         entries[arm].update(_training_figures(config, results, arm))
-    d = [c for c in entries["dense"]["episodes_to_threshold"] if c is not None]
-    sp = [c for c in entries["sparse"]["episodes_to_threshold"] if c is not None]
-    ratio = (mean(sp) / mean(d)) if d and sp and len(sp) == len(d) == len(config.seeds) else None
-    entries["sparse"]["episodes_ratio_to_dense"] = ratio
+    dense, sparse = entries["dense"], entries["sparse"]
+    sparse["held_out_episodes_ratio_to_dense"] = episodes_ratio(
+        dense["episodes_to_held_out_threshold"], sparse["episodes_to_held_out_threshold"]
+    )[0]
+    sparse["episodes_ratio_to_dense"] = episodes_ratio(
+        dense["episodes_to_threshold"], sparse["episodes_to_threshold"]
+    )[0]
     comparisons = [
         *compare("dense - sparse", data["sparse"], data["dense"], ("seed", "seed+task")),
         *compare("dense - sft", data["sft"], data["dense"]),
@@ -427,9 +526,14 @@ def result_dense_sparse(config: AgentExperimentConfig, results: Results, command
 
 
 def summarise_dense_sparse(result: Result, seconds: float) -> dict[str, Any]:
-    """:func:`summarise` plus the sparse / dense ratio of episodes to the threshold."""
+    """:func:`summarise` plus the sparse / dense ratios of episodes to the thresholds: ``ratio`` on
+    training success, ``held_out_ratio`` on the held-out curve."""
     extra = result.arms["sparse"].model_extra or {}
-    return {**summarise(result, seconds), "ratio": extra.get("episodes_ratio_to_dense")}
+    return {
+        **summarise(result, seconds),
+        "ratio": extra.get("episodes_ratio_to_dense"),
+        "held_out_ratio": extra.get("held_out_episodes_ratio_to_dense"),
+    }
 
 
 def _fmt_eps(values: list[float | None]) -> str:
@@ -438,6 +542,93 @@ def _fmt_eps(values: list[float | None]) -> str:
 
 def _fmt_values(values: list[float | None] | None) -> str:
     return ", ".join("—" if v is None else f"{v:.2f}" for v in values) if values else "—"
+
+
+SEED_000 = "Seed 000's account: after 1000 rounds, 15% success with sparse rewards vs 45% with dense (3x)."
+
+
+def _every(steps: int) -> str:
+    return "after every RL step" if steps == 1 else f"every {steps} RL steps"
+
+
+def _ratio_sentence(dense: list[float | None], sparse: list[float | None]) -> str:
+    ratio, why = episodes_ratio(dense, sparse)
+    if ratio is None:
+        return f"No ratio sparse / dense: {why}. "
+    return f"Measured ratio sparse / dense: {ratio:.2f}x. "
+
+
+def _threshold_paragraphs(report: Report, config: AgentExperimentConfig, result: Result) -> None:
+    """Episodes to the held-out threshold (the comparison) and, labelled as such, to the training one."""
+    dense, sparse = (result.arms[a].model_extra or {} for a in ("dense", "sparse"))
+    if config.curve_every:
+        report.paragraph(
+            f"Episodes to reach {config.held_out_threshold:.0%} held-out success, on the held-out curve "
+            f"(held-out success {_every(config.curve_every)} against training episodes, linearly "
+            f"interpolated; episode 0 = the SFT policy, {held_out_interval(result, 'sft').estimate:.2f}): "
+            f"dense {_fmt_eps(dense['episodes_to_held_out_threshold'])}; sparse "
+            f"{_fmt_eps(sparse['episodes_to_held_out_threshold'])} (per seed). "
+            + _ratio_sentence(
+                dense["episodes_to_held_out_threshold"], sparse["episodes_to_held_out_threshold"]
+            )
+            + SEED_000
+        )
+    else:
+        report.paragraph(f"No held-out curve was measured (curve_every = 0). {SEED_000}")
+    report.paragraph(
+        f"On training success instead ({config.smooth}-step moving average of the rollouts' success, "
+        f"which the policy is trained on), episodes to reach {config.threshold:.0%}: dense "
+        f"{_fmt_eps(dense['episodes_to_threshold'])}; sparse {_fmt_eps(sparse['episodes_to_threshold'])} "
+        "(per seed). " + _ratio_sentence(dense["episodes_to_threshold"], sparse["episodes_to_threshold"])
+    )
+
+
+def _band(points: list[list[list[float]]]) -> Curve | None:
+    """Mean over seeds with a min-max band; ``points`` per seed as [x, y], x taken from the first seed."""
+    n = min(len(p) for p in points)
+    if not n:
+        return None
+    ys = [[p[i][1] for p in points] for i in range(n)]
+    return Curve(
+        [points[0][i][0] for i in range(n)], [mean(v) for v in ys], [min(v) for v in ys], [max(v) for v in ys]
+    )
+
+
+def _curve_figures(report: Report, config: AgentExperimentConfig, results: Results, result: Result) -> None:
+    """Held-out success against training episodes, then training success against them."""
+    held, train = {}, {}
+    for arm in ("dense", "sparse"):
+        per_seed = (result.arms[arm].model_extra or {})["held_out_curve"]
+        curve = _band(per_seed) if config.curve_every else None
+        if curve is not None and len(curve.x) > 1:
+            held[arm] = curve
+        rows = [results[f"{arm}-seed{s}"] for s in config.seeds]
+        smoothed = [
+            [
+                [x, y]
+                for x, y in zip(
+                    _cumulative(r["episodes"]), _smoothed(r["train_success"], config.smooth), strict=False
+                )
+            ]
+            for r in rows
+        ]
+        curve = _band(smoothed)
+        if curve is not None:
+            train[arm] = curve
+    if held:
+        report.figure(
+            plot_curves(held, xlabel="training episodes", ylabel="held-out success"),
+            "held_out_curves",
+            f"Held-out success against training episodes ({_every(config.curve_every)}; 0 = the SFT "
+            f"policy; {config.eval_episodes} episodes per held-out task); line = mean over seeds, band = "
+            "min-max.",
+        )
+    if train:
+        report.figure(
+            plot_curves(train, xlabel="training episodes", ylabel="training success (moving average)"),
+            "curves",
+            "Training success against episodes; line = mean over seeds, band = min-max.",
+        )
 
 
 def dense_sparse_report(
@@ -450,7 +641,6 @@ def dense_sparse_report(
 ) -> Report:
     extras = {arm: row.model_extra or {} for arm, row in result.arms.items()}
     report = Report("Dense vs sparse rewards for multi-turn agent RL (CodeRepair-v0)")
-    thr = f"{config.threshold:.0%}"
     report.paragraph(
         "Held-out success after the same RL budget: dense "
         f"{held_out_interval(result, 'dense').format('.2f')}, "
@@ -458,18 +648,7 @@ def dense_sparse_report(
         f"{held_out_interval(result, 'sft').format('.2f')}). "
         f"{_primary(result, 'dense - sparse').sentence()}."
     )
-    ratio = extras["sparse"]["episodes_ratio_to_dense"]
-    report.paragraph(
-        f"Episodes to reach {thr} training success ({config.smooth}-step moving average): dense "
-        f"{_fmt_eps(extras['dense']['episodes_to_threshold'])}; sparse "
-        f"{_fmt_eps(extras['sparse']['episodes_to_threshold'])} (per seed). "
-        + (
-            f"Measured ratio sparse / dense: {ratio:.2f}x. "
-            if ratio is not None
-            else "A ratio cannot be given because an arm did not reach the threshold in every seed. "
-        )
-        + "Seed 000's account: after 1000 rounds, 15% success with sparse rewards vs 45% with dense (3x)."
-    )
+    _threshold_paragraphs(report, config, result)
     report.table(
         [
             {
@@ -483,20 +662,7 @@ def dense_sparse_report(
         ]
     )
     _comparison_paragraph(report, result)
-    curves = {}
-    for arm in ("dense", "sparse"):
-        per_seed = [results[f"{arm}-seed{s}"] for s in config.seeds]
-        n = min(len(r["train_success"]) for r in per_seed)
-        if n:
-            x = _cumulative(per_seed[0]["episodes"][:n])
-            ys = [[_smoothed(r["train_success"], config.smooth)[i] for r in per_seed] for i in range(n)]
-            curves[arm] = Curve(x, [mean(v) for v in ys], [min(v) for v in ys], [max(v) for v in ys])
-    if curves:
-        report.figure(
-            plot_curves(curves, xlabel="training episodes", ylabel="training success (moving average)"),
-            "curves",
-            "Training success against episodes; line = mean over seeds, band = min-max.",
-        )
+    _curve_figures(report, config, results, result)
     report.figure(
         plot_bars({a: held_out_interval(result, a) for a in result.arms}, ylabel="held-out success"),
         "held_out",

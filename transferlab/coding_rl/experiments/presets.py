@@ -57,6 +57,7 @@ AGENT_PRESETS: dict[str, AgentExperimentConfig] = {
         ),
         eval_episodes=1,
         smooth=1,
+        curve_every=1,
     ),
 }
 
