@@ -135,3 +135,21 @@ def test_the_command_names_the_preset_and_what_differs_from_it_else_the_saved_co
     assert experiment_command("learn", custom, LEARN_PRESETS, run_dir, Path("elsewhere"), None) == (
         "transferlab coding experiment learn --config runs/coding-learn/x/config.json --runs-root elsewhere"
     )
+
+
+def test_report_rows_show_the_mde_and_say_unknown_for_a_zero_width_interval() -> None:
+    from transferlab.coding_rl.experiments.common import comparison_rows
+    from transferlab.platform.results import Arm, Result
+
+    arm = Arm.model_validate({"held_out_success": {"estimate": 0.0, "ci": [0.0, 0.0]}, "n_episodes": 4})
+    flat = Comparison(name="rl - sft", estimate=0.0, ci=(0.0, 0.0), cluster="seed", n_clusters=3, mde=0.0)
+    wide = Comparison(
+        name="rl - rft", estimate=0.1, ci=(-0.1, 0.3), cluster="seed", n_clusters=3, mde=mde(-0.1, 0.3)
+    )
+    result = Result(
+        experiment="x", command="c", seeds=[0], settings={}, arms={"sft": arm}, comparisons=[flat, wide]
+    )
+    rows = comparison_rows(result)
+    assert rows[0]["MDE (points)"] == "unknown"
+    assert rows[1]["MDE (points)"] == f"{mde(-0.1, 0.3) * 100:.1f}" == "28.6"
+    assert rows[1]["verdict"].startswith("pipeline ran")

@@ -151,7 +151,8 @@ class AgentLearnConfig(ModelChoice):
             max_steps=8,
             checkpoint_every=10,
         ),
-        description="The RL arm (its sampling, context and step limits are RFT's and the evaluation's too).",
+        description="The RL arm (its temperature, context and step limits are RFT's and the held-out "
+        "evaluation's too).",
     )
     rft: RFTSettings = Field(
         default_factory=lambda: RFTSettings(rounds=4, samples_per_task=4), description="The RFT arm."
@@ -342,7 +343,9 @@ class Setup:
         rl = self.config.rl
         flat = [t for t in self.held for _ in range(self.config.eval_episodes)]
         envs = [CodeRepairEnv(list(self.held), max_steps=rl.max_steps, sandbox=self.sandbox) for _ in flat]
-        sampling = SamplingConfig(temperature=1.0, max_new_tokens=rl.max_new_tokens, seed=EVAL_SEED)
+        sampling = SamplingConfig(
+            temperature=rl.temperature, max_new_tokens=rl.max_new_tokens, seed=EVAL_SEED
+        )
         return policy_episodes(model, self.tokenizer, envs, flat, sampling, rl.max_context)
 
     def evaluate(self, model: Any) -> dict[str, Any]:

@@ -322,7 +322,8 @@ def comparison_rows(result: Result) -> list[dict[str, Any]]:
             "comparison": c.name,
             "clusters": f"{c.n_clusters} x {c.cluster}",
             "difference (points)": f"{c.estimate * 100:+.1f} [{c.ci[0] * 100:+.1f}, {c.ci[1] * 100:+.1f}]",
-            "MDE (points)": f"{c.mde * 100:.1f}",
+            # a zero-width interval (every cluster equal) says nothing about the detectable size
+            "MDE (points)": f"{c.mde * 100:.1f}" if c.ci[1] > c.ci[0] else "unknown",
             "verdict": _VERDICT_WORDS[c.verdict],
         }
         for c in result.comparisons
