@@ -132,3 +132,29 @@ def test_observation_ids(tok: PreTrainedTokenizerFast) -> None:
     assert after_stop == "\n<|im_start|>tool\nwrote src/x.py<|im_end|>\n<|im_start|>assistant\n"
     cut = tok.decode(observation_ids(tok, "hi", role="user", ended=False), skip_special_tokens=False)
     assert cut == "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_separate_spaces_give_a_name_the_same_tokens_everywhere(texts: list[str], tmp_path: Path) -> None:
+    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+
+    name = "shift_total"
+    contexts = [f"Issue: `{name}` is wrong", f'"pattern": "def {name}"', f"src/a.py:1: def {name}(x):"]
+    separate = train_tokenizer(texts, vocab_size=600, separate_spaces=True)
+    attached = train_tokenizer(texts, vocab_size=600)
+
+    def pieces(tokenizer: PreTrainedTokenizerFast, context: str) -> list[str]:
+        """The tokens that spell the name in ``context`` (with any space they carry)."""
+        decoded = [tokenizer.decode([i]) for i in tokenizer.encode(context)]
+        for spelt in (lambda t: t, lambda t: t.lstrip(" ")):  # exactly, else with a leading space
+            for start in range(len(decoded)):
+                for end in range(start + 1, len(decoded) + 1):
+                    if spelt("".join(decoded[start:end])) == name:
+                        return decoded[start:end]
+        raise AssertionError(f"{name} is not spelt by whole tokens in {decoded}")
+
+    assert len({tuple(pieces(separate, c)) for c in contexts}) == 1
+    assert len({tuple(pieces(attached, c)) for c in contexts}) > 1  # " shift_" after a space, "shift_" else
+    text = "def f(a):\n    return  a  +  1\n"
+    assert separate.decode(separate.encode(text)) == text
+    separate.save_pretrained(tmp_path)  # the split is saved with the tokenizer
+    assert AutoTokenizer.from_pretrained(tmp_path).encode(contexts[1]) == separate.encode(contexts[1])

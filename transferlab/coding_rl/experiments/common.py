@@ -60,16 +60,20 @@ def opened_sandbox(backend: str = "forkserver", workers: int = 1) -> Iterator[Sa
 
 
 def toy_tokenizer(
-    code_tasks: Sequence[CodeTask], repo_tasks: Sequence[RepoTask], vocab_size: int = 512
+    code_tasks: Sequence[CodeTask],
+    repo_tasks: Sequence[RepoTask],
+    vocab_size: int = 512,
+    separate_spaces: bool = False,
 ) -> Any:
-    """A BPE tokenizer trained here on the toy tasks' texts and the tool-call language (no download)."""
+    """A BPE tokenizer trained here on the toy tasks' texts and the tool-call language (no download);
+    ``separate_spaces``: see :data:`~transferlab.coding_rl.policies.tokenizer.SEPARATE_SPACES_PATTERN`."""
     from transferlab.coding_rl.policies.tokenizer import train_tokenizer
     from transferlab.coding_rl.tasks.toy import toy_solution
     from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
     texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_tasks] * 10
     texts += list(corpus_texts(repo_tasks)) * 3
-    return train_tokenizer(texts, vocab_size=vocab_size, seed=0)
+    return train_tokenizer(texts, vocab_size=vocab_size, seed=0, separate_spaces=separate_spaces)
 
 
 class ModelChoice(BaseConfig):

@@ -51,6 +51,7 @@ __all__ = [
     "PAD",
     "PRETOKENIZE_PATTERN",
     "ROLES",
+    "SEPARATE_SPACES_PATTERN",
     "SPECIAL_TOKENS",
     "encode_chat",
     "observation_ids",
@@ -86,11 +87,22 @@ PRETOKENIZE_PATTERN: Final = (
 """How text is split before BPE: GPT-2's pattern, but an identifier with underscores (``read_file``,
 ``test_calculator``) is one piece, and numbers split into groups of at most three digits."""
 
+SEPARATE_SPACES_PATTERN: Final = (
+    r"'(?:s|t|re|ve|m|ll|d)|[\p{L}_][\p{L}\p{N}_]*|\p{N}{1,3}|[^\s\p{L}\p{N}_]+|\s+"
+)
+"""Like :data:`PRETOKENIZE_PATTERN`, but whitespace is always a piece of its own: an identifier gets the
+same tokens after a space, a quote, a slash or a backtick (``track_note`` in an issue, in
+``"def track_note"`` and in a search hit), so a small policy can copy a name token by token instead of
+learning a second spelling of every name."""
 
-def train_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str]) -> Tokenizer:
+
+def train_bpe(
+    texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str], pattern: str = PRETOKENIZE_PATTERN
+) -> Tokenizer:
     """The raw byte-level BPE (``tokenizers.Tokenizer``) behind :func:`train_tokenizer`.
 
-    ``special_tokens`` get the first ids, in order; split by :data:`PRETOKENIZE_PATTERN`, no
+    ``special_tokens`` get the first ids, in order; split by ``pattern`` (:data:`PRETOKENIZE_PATTERN`
+    by default, or :data:`SEPARATE_SPACES_PATTERN`), no
     normaliser, deterministic for the same texts. Model families with other special tokens
     (:mod:`transferlab.coding_rl.policies.families`) wrap it their own way.
     """
@@ -106,7 +118,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[st
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -122,18 +134,22 @@ def train_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[st
     return tok
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048, seed: int = 0) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2048, seed: int = 0, separate_spaces: bool = False
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``texts``; deterministic for the same texts.
 
     ``vocab_size`` counts the 256 byte tokens, the merges and the five :data:`SPECIAL_TOKENS`; it is
     an upper bound (a small corpus may support fewer merges). BPE training has no randomness:
     ``seed`` is recorded in the tokenizer's ``init_kwargs`` (and saved with it) so a run's
     configuration is complete, and different seeds give the same tokenizer. The texts are consumed
-    once, in order.
+    once, in order. ``separate_spaces`` splits with :data:`SEPARATE_SPACES_PATTERN` (saved with the
+    tokenizer, like the merges).
     """
     from transformers import PreTrainedTokenizerFast
 
-    tok = train_bpe(texts, vocab_size, SPECIAL_TOKENS)
+    pattern = SEPARATE_SPACES_PATTERN if separate_spaces else PRETOKENIZE_PATTERN
+    tok = train_bpe(texts, vocab_size, SPECIAL_TOKENS, pattern)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=PAD,
