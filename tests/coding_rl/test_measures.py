@@ -9,20 +9,26 @@ import pytest
 from transferlab.coding_rl.measures import (
     coding_attacks,
     coding_determinism,
-    parse_dense_sparse_report,
+    flat_shares,
+    learn_figures,
     parse_learn_report,
 )
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
-def test_committed_coding_reports_parse() -> None:
-    learn = parse_learn_report((RESULTS / "coding_learn" / "report.md").read_text())
-    assert learn["gain"] == pytest.approx(0.139) and learn["sft_success"] == pytest.approx(0.489)
-    assert (learn["wall_min"], learn["cores"]) == (15.1, 2.0)
-    flat = parse_dense_sparse_report((RESULTS / "coding_dense_sparse" / "report.md").read_text())
-    assert flat == {"dense_flat_share": 0.546, "sparse_flat_share": 0.808}
+def test_committed_coding_results_parse(tmp_path: Path) -> None:
+    learn = learn_figures(RESULTS / "coding_learn")
+    assert learn["gain"] == pytest.approx(0.139, abs=5e-4) and learn["sft_success"] == pytest.approx(
+        0.489, abs=5e-4
+    )
+    assert (round(learn["gain_low"], 3), round(learn["gain_high"], 3)) == (-0.006, 0.275)  # seed clusters
+    assert learn["gain_clusters"] == 3 and learn["gain_mde"] == pytest.approx(0.201, abs=5e-4)
+    assert (learn["wall_min"], learn["cores"]) == (7.1, 2.0)
+    flat = flat_shares(RESULTS / "coding_dense_sparse")
+    assert flat == pytest.approx({"dense_flat_share": 0.546, "sparse_flat_share": 0.736}, abs=5e-4)
     assert parse_learn_report("nothing here") == {}
+    assert learn_figures(tmp_path) == {} and flat_shares(tmp_path) == {}
 
 
 def test_coding_grading_is_exactly_repeatable_and_attacks_are_blocked() -> None:

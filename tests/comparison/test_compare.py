@@ -98,7 +98,7 @@ def test_result_json_has_every_cell_with_how_it_was_measured(run: tuple[Path, st
     assert table["determinism"]["market"]["value"] > 0
     assert table["reward_delay"]["market"]["unit"] == "days"
     assert table["parallel"]["market"]["value"] == pytest.approx(1 / 86400)
-    assert table["tool_use"]["coding"]["value"] == pytest.approx(13.9)
+    assert table["tool_use"]["coding"]["value"] == pytest.approx(13.9, abs=0.05)  # committed coding_learn
     assert data["questions"]["coding"]["trustworthy"]["value"] == 1.0
     assert data["questions"]["ops_analysis"]["trustworthy"]["value"] < 8.0
     # the ops RL numbers come from the transfer summary's scratch arm

@@ -30,30 +30,42 @@ _NUM = r"([-+]?\d+(?:\.\d+)?)"
 
 
 def parse_learn_report(text: str) -> dict[str, float]:
-    """Figures of ``docs/results/coding_learn/report.md``: SFT success, GRPO - SFT, wall minutes, cores."""
-    out: dict[str, float] = {}
-    row = re.search(rf"\| grpo - sft \| {_NUM} \\\[{_NUM}, {_NUM}\\\]", text)
-    if row:
-        out.update(gain=float(row[1]), gain_low=float(row[2]), gain_high=float(row[3]))
-    sft = re.search(rf"\| sft \| {_NUM} \\\[", text)
-    if sft:
-        out["sft_success"] = float(sft[1])
-    grpo = re.search(rf"\| grpo \| {_NUM} \\\[", text)
-    if grpo:
-        out["grpo_success"] = float(grpo[1])
+    """Wall minutes and cores of ``docs/results/coding_learn/report.md`` (its settings line)."""
     wall = re.search(rf"wall time: {_NUM} min on this machine \((\d+) cores?\)", text)
-    if wall:
-        out.update(wall_min=float(wall[1]), cores=float(wall[2]))
+    return {"wall_min": float(wall[1]), "cores": float(wall[2])} if wall else {}
+
+
+def learn_figures(directory: Path) -> dict[str, float]:
+    """The committed learn run: GRPO - SFT with its interval clustered by seed and its MDE, each stage's
+    held-out success (from ``result.json``), and wall minutes and cores (from the report)."""
+    from transferlab.platform.results import read_result
+
+    out = parse_learn_report(_read(directory / "report.md"))
+    if not (directory / "result.json").is_file():
+        return out
+    result = read_result(directory)
+    for c in result.comparisons:
+        if c.name == "grpo - sft" and c.cluster == "seed":
+            out.update(gain=c.estimate, gain_low=c.ci[0], gain_high=c.ci[1], gain_mde=c.mde)
+            out["gain_clusters"] = float(c.n_clusters)
+    for arm in ("sft", "grpo"):
+        if arm in result.arms:
+            out[f"{arm}_success"] = result.arms[arm].held_out_success.estimate
     return out
 
 
-def parse_dense_sparse_report(text: str) -> dict[str, float]:
-    """Share of flat GRPO groups per arm from ``docs/results/coding_dense_sparse/report.md``."""
+def flat_shares(directory: Path) -> dict[str, float]:
+    """Share of flat GRPO groups per arm of the committed dense/sparse run (its ``result.json``)."""
+    from transferlab.platform.results import read_result
+
+    if not (directory / "result.json").is_file():
+        return {}
+    result = read_result(directory)
     out: dict[str, float] = {}
     for arm in ("dense", "sparse"):
-        row = re.search(rf"^\| {arm} \|.*\| {_NUM} \| (\d+) \|$", text, flags=re.MULTILINE)
-        if row:
-            out[f"{arm}_flat_share"] = float(row[1])
+        share = (result.arms[arm].model_extra or {}).get("frac_zero_std") if arm in result.arms else None
+        if isinstance(share, int | float):
+            out[f"{arm}_flat_share"] = float(share)
     return out
 
 
@@ -222,14 +234,15 @@ def measure_coding(
     throughput = {w: {k: r[k] for k in ("eps_per_s", "wall_s", "episodes")} for w, r in runs.items()}
     expert = runs[1]
 
-    learn = parse_learn_report(_read(Path(results_dir, "coding_learn", "report.md")))
-    flat = parse_dense_sparse_report(_read(Path(results_dir, "coding_dense_sparse", "report.md")))
+    learn = learn_figures(Path(results_dir, "coding_learn"))
+    flat = flat_shares(Path(results_dir, "coding_dense_sparse"))
     if "gain" in learn:
         gain = Measure(
             100 * learn["gain"],
             "pts",
-            f"GRPO - SFT held-out success, committed docs/results/coding_learn "
-            f"(95% CI [{100 * learn['gain_low']:+.1f}, {100 * learn['gain_high']:+.1f}] pts)",
+            f"GRPO - SFT held-out success, committed docs/results/coding_learn (95% CI "
+            f"[{100 * learn['gain_low']:+.1f}, {100 * learn['gain_high']:+.1f}] pts over "
+            f"{learn['gain_clusters']:.0f} seeds, MDE {100 * learn['gain_mde']:.1f} pts)",
             {"low": 100 * learn["gain_low"], "high": 100 * learn["gain_high"]},
         )
         cpu_h = learn.get("wall_min", float("nan")) / 60 * learn.get("cores", 1.0)
@@ -240,7 +253,7 @@ def measure_coding(
             f"{learn.get('cores', 1):.0f} cores = {cpu_h:.2f} CPU-hours (committed coding_learn)",
         )
     else:
-        gain = worth = not_measured("no docs/results/coding_learn/report.md")
+        gain = worth = not_measured("no docs/results/coding_learn/result.json")
     cost = Measure(
         runs[2]["cpu_s_per_episode"],
         "CPU-s/ep",
@@ -256,7 +269,7 @@ def measure_coding(
             {"sparse": 1 - flat.get("sparse_flat_share", float("nan"))},
         )
         if "dense_flat_share" in flat
-        else not_measured("no docs/results/coding_dense_sparse/report.md")
+        else not_measured("no docs/results/coding_dense_sparse/result.json")
     )
     failed = [t for t, ok in zip(expert["task_ids"], expert["successes"], strict=True) if not ok]
     info = Measure(
