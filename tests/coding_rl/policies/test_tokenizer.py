@@ -139,7 +139,7 @@ def test_separate_spaces_give_a_name_the_same_tokens_everywhere(texts: list[str]
 
     name = "shift_total"
     contexts = [f"Issue: `{name}` is wrong", f'"pattern": "def {name}"', f"src/a.py:1: def {name}(x):"]
-    separate = train_tokenizer(texts, vocab_size=600, separate_spaces=True)
+    separate = train_tokenizer(texts, vocab_size=600, split="spaces")
     attached = train_tokenizer(texts, vocab_size=600)
 
     def pieces(tokenizer: PreTrainedTokenizerFast, context: str) -> list[str]:
@@ -158,3 +158,21 @@ def test_separate_spaces_give_a_name_the_same_tokens_everywhere(texts: list[str]
     assert separate.decode(separate.encode(text)) == text
     separate.save_pretrained(tmp_path)  # the split is saved with the tokenizer
     assert AutoTokenizer.from_pretrained(tmp_path).encode(contexts[1]) == separate.encode(contexts[1])
+
+
+def test_words_split_spells_an_unseen_name_from_seen_words(texts: list[str], tmp_path: Path) -> None:
+    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+
+    corpus = list(texts) + ["def shift_total(x): pass", "def count_frame(x): pass"] * 20
+    words = train_tokenizer(corpus, vocab_size=600, split="words")
+    # ``count_total`` never appears whole; its words do, and each is one token
+    for context in ("Issue: `count_total` is wrong", '"pattern": "def count_total"'):
+        decoded = [words.decode([i]) for i in words.encode(context)]
+        start = decoded.index("count")
+        assert decoded[start : start + 3] == ["count", "_", "total"]
+    text = "def f_2(a):\n    return  a_b  +  12345\n"
+    assert words.decode(words.encode(text)) == text
+    words.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == words.encode(text)
+    with pytest.raises(ValueError, match="unknown split 'letters'"):
+        train_tokenizer(corpus, vocab_size=600, split="letters")

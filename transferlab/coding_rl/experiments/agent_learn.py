@@ -129,10 +129,11 @@ class AgentLearnConfig(ModelChoice):
     vocab_size: int = Field(
         default=512, ge=300, description="Tiny policy: BPE vocabulary trained on the training tasks' texts."
     )
-    separate_spaces: bool = Field(
-        default=False,
-        description="Tiny policy: whitespace is a token of its own, so a name has the same tokens wherever "
-        "it appears and can be copied token by token.",
+    split: Literal["identifiers", "spaces", "words"] = Field(
+        default="identifiers",
+        description="Tiny policy: how the tokenizer splits text. identifiers: a name is one piece (GPT-2 "
+        "style); spaces: whitespace is a token of its own, so a name has the same tokens wherever it "
+        "appears; words: also split names at underscores, so an unseen name is spelt from seen words.",
     )
     demo_tasks: int | None = Field(
         default=None, ge=1, description="Training tasks with an expert demonstration; None = every one."
@@ -311,9 +312,7 @@ class Setup:
         if start is not None:
             self.tokenizer = start.tokenizer
         else:  # trained on the training split's texts only
-            self.tokenizer = toy_tokenizer(
-                [], self.train, vocab_size=config.vocab_size, separate_spaces=config.separate_spaces
-            )
+            self.tokenizer = toy_tokenizer([], self.train, vocab_size=config.vocab_size, split=config.split)
         self._demos: list[Trajectory] | None = None
 
     def demo_tasks(self) -> list[RepoTask]:

@@ -63,17 +63,17 @@ def toy_tokenizer(
     code_tasks: Sequence[CodeTask],
     repo_tasks: Sequence[RepoTask],
     vocab_size: int = 512,
-    separate_spaces: bool = False,
+    split: str = "identifiers",
 ) -> Any:
     """A BPE tokenizer trained here on the toy tasks' texts and the tool-call language (no download);
-    ``separate_spaces``: see :data:`~transferlab.coding_rl.policies.tokenizer.SEPARATE_SPACES_PATTERN`."""
+    ``split``: see :data:`~transferlab.coding_rl.policies.tokenizer.SPLITS`."""
     from transferlab.coding_rl.policies.tokenizer import train_tokenizer
     from transferlab.coding_rl.tasks.toy import toy_solution
     from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
     texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_tasks] * 10
     texts += list(corpus_texts(repo_tasks)) * 3
-    return train_tokenizer(texts, vocab_size=vocab_size, seed=0, separate_spaces=separate_spaces)
+    return train_tokenizer(texts, vocab_size=vocab_size, seed=0, split=split)
 
 
 class ModelChoice(BaseConfig):

@@ -53,6 +53,8 @@ __all__ = [
     "ROLES",
     "SEPARATE_SPACES_PATTERN",
     "SPECIAL_TOKENS",
+    "SPLITS",
+    "WORDS_PATTERN",
     "encode_chat",
     "observation_ids",
     "train_bpe",
@@ -95,6 +97,18 @@ same tokens after a space, a quote, a slash or a backtick (``track_note`` in an 
 ``"def track_note"`` and in a search hit), so a small policy can copy a name token by token instead of
 learning a second spelling of every name."""
 
+WORDS_PATTERN: Final = r"'(?:s|t|re|ve|m|ll|d)|\p{L}+|\p{N}{1,3}|_|[^\s\p{L}\p{N}_]+|\s+"
+"""Like :data:`SEPARATE_SPACES_PATTERN`, but an identifier also splits at its underscores and digits:
+``track_note`` is ``track``, ``_``, ``note``. A name never seen in training is then spelt from words
+that were, so a small policy can copy it word by word."""
+
+SPLITS: Final[dict[str, str]] = {
+    "identifiers": PRETOKENIZE_PATTERN,
+    "spaces": SEPARATE_SPACES_PATTERN,
+    "words": WORDS_PATTERN,
+}
+"""How :func:`train_tokenizer` may split text before BPE, by name."""
+
 
 def train_bpe(
     texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str], pattern: str = PRETOKENIZE_PATTERN
@@ -102,7 +116,7 @@ def train_bpe(
     """The raw byte-level BPE (``tokenizers.Tokenizer``) behind :func:`train_tokenizer`.
 
     ``special_tokens`` get the first ids, in order; split by ``pattern`` (:data:`PRETOKENIZE_PATTERN`
-    by default, or :data:`SEPARATE_SPACES_PATTERN`), no
+    by default, or another of :data:`SPLITS`), no
     normaliser, deterministic for the same texts. Model families with other special tokens
     (:mod:`transferlab.coding_rl.policies.families`) wrap it their own way.
     """
@@ -135,7 +149,7 @@ def train_bpe(
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 2048, seed: int = 0, separate_spaces: bool = False
+    texts: Iterable[str], vocab_size: int = 2048, seed: int = 0, split: str = "identifiers"
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``texts``; deterministic for the same texts.
 
@@ -143,12 +157,14 @@ def train_tokenizer(
     an upper bound (a small corpus may support fewer merges). BPE training has no randomness:
     ``seed`` is recorded in the tokenizer's ``init_kwargs`` (and saved with it) so a run's
     configuration is complete, and different seeds give the same tokenizer. The texts are consumed
-    once, in order. ``separate_spaces`` splits with :data:`SEPARATE_SPACES_PATTERN` (saved with the
-    tokenizer, like the merges).
+    once, in order. ``split`` names the pre-tokenizer (:data:`SPLITS`: ``identifiers``, ``spaces`` or
+    ``words``; saved with the tokenizer, like the merges).
     """
     from transformers import PreTrainedTokenizerFast
 
-    pattern = SEPARATE_SPACES_PATTERN if separate_spaces else PRETOKENIZE_PATTERN
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {sorted(SPLITS)}")
+    pattern = SPLITS[split]
     tok = train_bpe(texts, vocab_size, SPECIAL_TOKENS, pattern)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
