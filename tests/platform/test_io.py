@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -93,3 +95,23 @@ def test_atomic_directory_appears_whole_or_not_at_all(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no target, no temporary left
     with pytest.raises(FileExistsError, match="not empty"), atomic_directory(tmp_path / "out"):
         pass
+
+
+@pytest.mark.parametrize(("mask", "file_mode", "dir_mode"), [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_written_files_and_directories_honour_the_umask(
+    tmp_path: Path, mask: int, file_mode: int, dir_mode: int
+) -> None:
+    """What ``open``/``mkdir`` would give under the umask, not tempfile's private 0600/0700."""
+    old = os.umask(mask)
+    try:
+        text = atomic_write_text(tmp_path / "t.txt", "x")
+        js = atomic_write_json(tmp_path / "j.json", {"a": 1})
+        with tio.atomic_directory(tmp_path / "d") as staging:
+            (staging / "f").write_text("y")
+        made = tio.temp_directory(tmp_path / "p", ".x-")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(text.stat().st_mode) == file_mode
+    assert stat.S_IMODE(js.stat().st_mode) == file_mode
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == dir_mode
+    assert stat.S_IMODE(made.stat().st_mode) == dir_mode

@@ -2,7 +2,9 @@
 
 A reader never sees a half-written file: it sees either the old content or the new one. The temp
 file lives in the target's directory so that ``os.replace`` is a same-filesystem rename, and it is
-removed if anything fails before the rename.
+removed if anything fails before the rename. Files and directories made here get the modes that
+``open`` and ``mkdir`` would give them under the process umask (``tempfile`` alone would leave them
+0600 / 0700, unreadable to an app running as another user).
 """
 
 from __future__ import annotations
@@ -26,7 +28,41 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_parquet",
     "atomic_write_text",
+    "honour_umask",
+    "temp_directory",
 ]
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def honour_umask(path: str | os.PathLike[str]) -> None:
+    """Give ``path`` the mode a plain ``open``/``mkdir`` would: 0666 or 0777 less the umask."""
+    target = Path(path)
+    full = 0o777 if target.is_dir() else 0o666
+    os.chmod(target, full & ~_umask())
+
+
+def temp_directory(parent: str | os.PathLike[str], prefix: str) -> Path:
+    """A new, uniquely named directory in ``parent`` (created) with the umask's usual mode."""
+    Path(parent).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    honour_umask(tmp)
+    return tmp
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -48,6 +84,7 @@ def _temp_path_for(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    honour_umask(tmp)
     return Path(tmp)
 
 
@@ -73,8 +110,7 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     out = Path(path)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} already exists and is not empty: choose a new directory or remove it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = temp_directory(out.parent, f".{out.name}.")
     try:
         yield tmp
         if out.exists():

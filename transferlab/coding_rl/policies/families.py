@@ -27,11 +27,12 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+from transferlab.platform.io import temp_directory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
@@ -258,8 +259,7 @@ def init_checkpoint(
     tokenizer = family_tokenizer(family, texts, vocab_size=_SHAPES[size][6])
     model = init_model(family, size, tokenizer, seed)
     hf_logging.disable_progress_bar()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    staging = temp_directory(out.parent, f".{out.name}-")
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from transferlab.coding_rl.tasks.code_task import CodeTask, TaskError, TestCase, task_from_dict
+from transferlab.platform.io import temp_directory
 
 if TYPE_CHECKING:
     from transferlab.platform.trajectory import Domain
@@ -144,8 +144,7 @@ def render_dev_tests(module: str, cases: list[TestCase], entry_point: str) -> st
 def save_repo_task(task: RepoTask, root: Path) -> Path:
     """Write the task directory under root atomically (a temp dir renamed into place)."""
     target = root / task.meta.task_id
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+    tmp = temp_directory(target.parent, ".tmp-")
     try:
         (tmp / "task.json").write_text(task.meta.model_dump_json(indent=2) + "\n", encoding="utf-8")
         for rel, text in task.files.items():
