@@ -85,7 +85,22 @@ def direct_plan(task: RepoTask) -> list[str]:
     ]
 
 
-PLANS = {"full": expert_plan, "direct": direct_plan}
+def short_plan(task: RepoTask) -> list[str]:
+    """Read the one source file the issue's file list names, fix, run all tests, submit.
+
+    Every procedural repository has one source module, listed in the first observation, so the
+    policy copies its path from there instead of finding it by searching for a name (the hardest copy
+    for a small model: the name's first word follows a backtick in the issue and a space in the call).
+    """
+    return [
+        call("read_file", path=task.meta.source_path),
+        _fix_action(task),
+        call("run_tests", target="all"),
+        call("submit"),
+    ]
+
+
+PLANS = {"full": expert_plan, "direct": direct_plan, "short": short_plan}
 """The expert workflows by name (what an experiment's ``workflow`` setting picks)."""
 
 

@@ -185,22 +185,23 @@ def test_renamed_is_seeded_and_refuses_when_no_name_is_free(default: Tasks) -> N
         renamed(task, random.Random(0), everything)
 
 
-def test_the_direct_workflow_reads_before_it_writes_tests_and_solves(
-    default: Tasks, verifier: Verifier
+WORKFLOWS = {
+    "direct": ["search_code", "read_file", "edit_file", "run_tests", "submit"],
+    "short": ["read_file", "edit_file", "run_tests", "submit"],
+}
+
+
+@pytest.mark.parametrize("workflow", sorted(WORKFLOWS))
+def test_the_short_workflows_read_before_they_write_test_and_solve(
+    default: Tasks, verifier: Verifier, workflow: str
 ) -> None:
     sample = _sample(default[0], 3, seed=3) + _sample(default[1], 2, seed=3)
     env = CodeRepairEnv(sample, sandbox=verifier.backend, max_steps=5)
     try:
         for task in sample:
             env.reset(options={"task": task.task_id})
-            plan = PLANS["direct"](task)
-            assert [json.loads(a)["action"] for a in plan] == [
-                "search_code",
-                "read_file",
-                "edit_file",
-                "run_tests",
-                "submit",
-            ]
+            plan = PLANS[workflow](task)
+            assert [json.loads(a)["action"] for a in plan] == WORKFLOWS[workflow]
             events: set[str] = set()
             for action in plan:
                 _, _, terminated, _, info = env.step(action)

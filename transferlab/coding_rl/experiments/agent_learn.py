@@ -83,7 +83,7 @@ EVAL_SEED = 12_345
 """The held-out sampling seed, the one :func:`~transferlab.coding_rl.experiments.common.evaluate_agent`
 uses: every arm is scored on the same futures."""
 EDIT_TOOLS = ("edit_file", "write_file")
-EXPERT_STEPS = {"full": 7, "direct": 5}
+EXPERT_STEPS = {"full": 7, "direct": 5, "short": 4}
 """Tool calls of each expert workflow's demonstrations (:data:`~transferlab.coding_rl.agents.PLANS`)."""
 
 
@@ -114,11 +114,12 @@ class AgentLearnConfig(ModelChoice):
     )
     task_seed: int = Field(default=0, ge=0, description="Seed of the procedural generation and its split.")
     held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of modules held out.")
-    workflow: Literal["full", "direct"] = Field(
+    workflow: Literal["full", "direct", "short"] = Field(
         default="full",
         description="The expert's demonstrations: 'full' (read the tests, search, read the source, edit, "
-        "run the failing test, run all, submit) or 'direct' (search, read the source, edit, run all, "
-        "submit; each call follows from the last observation).",
+        "run the failing test, run all, submit), 'direct' (search, read the source, edit, run all, "
+        "submit; each call follows from the last observation) or 'short' (read the source the issue's "
+        "file list names, edit, run all, submit).",
     )
     demo_variants: int = Field(
         default=0,
