@@ -565,6 +565,20 @@ def test_sft_loss_counts_only_masked_targets() -> None:
     assert both.tokens == 2
 
 
+def test_sft_loss_context_weight_counts_the_other_real_tokens() -> None:
+    logits, ids = _sft_case()
+    # target 1 (nll ln 3) is context, target 2 (nll ln 4) the policy's: (0.5 ln 3 + ln 4) / 1.5
+    out = sft_loss(logits, ids, torch.tensor([[0, 0, 1]]), torch.tensor([[1, 1, 1]]), context_weight=0.5)
+    close(out.loss, (0.5 * math.log(3) + math.log(4)) / 1.5)
+    assert out.tokens == 1
+    padded = sft_loss(logits, ids, torch.tensor([[0, 0, 1]]), torch.tensor([[1, 0, 1]]), context_weight=0.5)
+    close(padded.loss, math.log(4))  # a pad position is never counted
+    with pytest.raises(ValueError, match="attention_mask"):
+        sft_loss(logits, ids, torch.tensor([[0, 0, 1]]), context_weight=0.5)
+    with pytest.raises(ValueError, match=">= 0"):
+        sft_loss(logits, ids, torch.tensor([[0, 0, 1]]), torch.tensor([[1, 1, 1]]), context_weight=-1)
+
+
 def test_sft_loss_matches_cross_entropy() -> None:
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(2, 6, 11, generator=g)

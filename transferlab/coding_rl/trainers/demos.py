@@ -3,7 +3,9 @@
 A demonstration is stored exactly like a rollout (:class:`~transferlab.platform.trajectory.Trajectory`):
 the prompt and observation ids are what the policy would see, the action ids are what it should
 write. :func:`train_sft` packs them with :func:`~transferlab.platform.trajectory.to_tensors` and
-trains on ``loss_mask`` — action tokens only, never the issue, the file contents or the test output.
+trains on ``loss_mask`` — action tokens only, never the issue, the file contents or the test output —
+unless ``SFTConfig.context_weight`` > 0 also weighs those in (a from-scratch policy then learns to copy
+from many more tokens).
 
 * :func:`code_demonstration` — single-step: the task's prompt, then the body and ``<|im_end|>``;
 * :func:`scripted_demonstration` — multi-turn: a plan of tool calls played through a tool
@@ -119,6 +121,13 @@ class SFTConfig(BaseConfig):
         default=0, ge=0, description="Steps of linear warm-up from lr/warmup_steps to lr."
     )
     lr_min_ratio: float = Field(default=0.1, ge=0, le=1, description="Cosine: final lr as a share of lr.")
+    context_weight: float = Field(
+        default=0.0,
+        ge=0,
+        description="Loss weight of the tokens the policy did not write (issue, tool output) against 1 for "
+        "its own: 0 trains only on the policy's tokens; > 0 also has it predict the context, which gives "
+        "a policy trained from scratch far more tokens from which to learn to copy names and lines.",
+    )
 
 
 def lr_factor(step: int, config: SFTConfig) -> float:
@@ -167,7 +176,9 @@ def train_sft(
         packed = to_tensors(chosen, pad_id=tokenizer.pad_token_id, validate=False)
         batch = {k: packed[k].to(device) for k in ("input_ids", "attention_mask", "loss_mask")}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        terms = sft_loss(logits, batch["input_ids"], batch["loss_mask"])
+        terms = sft_loss(
+            logits, batch["input_ids"], batch["loss_mask"], batch["attention_mask"], config.context_weight
+        )
         optimizer.zero_grad()
         terms.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)

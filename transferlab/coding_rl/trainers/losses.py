@@ -271,16 +271,35 @@ class SFTLossTerms:
     """Number of tokens counted (``loss_mask == 1`` on target positions 1..T-1)."""
 
 
-def sft_loss(logits: Tensor, input_ids: Tensor, loss_mask: Tensor) -> SFTLossTerms:
+def sft_loss(
+    logits: Tensor,
+    input_ids: Tensor,
+    loss_mask: Tensor,
+    attention_mask: Tensor | None = None,
+    context_weight: float = 0.0,
+) -> SFTLossTerms:
     """Next-token cross-entropy counted only where ``loss_mask`` is 1 on the *target* token.
 
     ``logits[:, t]`` predicts ``input_ids[:, t+1]`` and is counted iff ``loss_mask[:, t+1]`` is 1
     (the shift of :func:`policy_logprobs`). Position 0 is never counted: nothing predicts it.
+
+    With ``context_weight`` w > 0 (and ``attention_mask``), the other real tokens (issue, observations)
+    count too, each with weight w against 1 for a policy token: the weighted mean
+    ``sum(nll * (m + w * (a - m))) / sum(m + w * (a - m))``. ``tokens`` still counts policy tokens.
     """
     _same_shape(input_ids=input_ids, loss_mask=loss_mask)
+    if context_weight < 0:
+        raise ValueError(f"context_weight must be >= 0, got {context_weight}")
     nll = -policy_logprobs(logits, input_ids)[:, 1:]
     target_mask = loss_mask[:, 1:]
-    return SFTLossTerms(loss=masked_mean(nll, target_mask), tokens=int((target_mask != 0).sum().item()))
+    weights = target_mask.to(nll.dtype)
+    if context_weight > 0:
+        if attention_mask is None:
+            raise ValueError("context_weight > 0 needs the attention_mask (which tokens are real)")
+        _same_shape(input_ids=input_ids, attention_mask=attention_mask)
+        real = attention_mask[:, 1:].to(nll.dtype)
+        weights = weights + context_weight * real * (1 - weights)
+    return SFTLossTerms(loss=masked_mean(nll, weights), tokens=int((target_mask != 0).sum().item()))
 
 
 # ---------------------------------------------------------------------------------------- GRPO math
