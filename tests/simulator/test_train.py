@@ -253,8 +253,13 @@ def test_sim_train_command_end_to_end(tiny_logs: Logs, tmp_path: Path) -> None:
     # a finished run is not trained again; a missing simulator or bad budget is bad input (exit 2)
     again = CliRunner().invoke(app, [*args, "--run-dir", str(run_dir)])
     assert again.exit_code == 2 and "finished run" in again.output
-    bad = CliRunner().invoke(app, ["sim", "train", "--simulator", str(tmp_path / "nope"), "--logs", "x"])
+    bad_root = tmp_path / "bad-runs"
+    bad = CliRunner().invoke(
+        app,
+        ["sim", "train", "--simulator", str(tmp_path / "nope"), "--logs", "x", "--runs-root", str(bad_root)],
+    )
     assert bad.exit_code == 2 and "error:" in bad.output
+    assert not bad_root.exists()  # checked before any run directory is made
     bad = CliRunner().invoke(app, [*args[:6], "--episodes", "0", "--runs-root", str(tmp_path / "r")])
     assert bad.exit_code == 2 and "max_episodes" in bad.output
 
@@ -348,11 +353,16 @@ def test_sim_training_killed_twice_and_resumed_logs_each_iteration_once(tmp_path
     assert meta["status"] == "finished" and len(meta["resumed_at"]) == 2
 
 
-def test_sim_train_refuses_a_run_another_process_owns(tmp_path: Path) -> None:
+def test_sim_train_refuses_a_run_another_process_owns(tmp_path: Path, tiny_logs: Logs) -> None:
     from typer.testing import CliRunner
 
     from transferlab.cli import app
+    from transferlab.simulator.learned import LearnedSimulator
+    from transferlab.simulator.logs import write_logs
     from transferlab.simulator.train import open_train_run
+
+    write_logs(tiny_logs, tmp_path / "logs")
+    LearnedSimulator.fit(tiny_logs).save(tmp_path / "sim")
 
     run_dir = tmp_path / "runs" / "sim-train" / "busy"
     run, _ = open_train_run(_small_world_config(), run_dir, tmp_path / "runs")

@@ -170,9 +170,9 @@ def train_command(
     try:
         base = SimTrainConfig.from_file(config) if config is not None else SimTrainConfig()
         cfg = SimTrainConfig.from_dict({**base.to_dict(), **overrides})
-        run, resume = open_train_run(cfg, run_dir, runs_root, options_given=given)
-        sim = LearnedSimulator.load(simulator)
+        sim = LearnedSimulator.load(simulator)  # inputs first: a bad one leaves no run behind
         log_tables = read_logs(logs)
+        run, resume = open_train_run(cfg, run_dir, runs_root, options_given=given)
     except (ConfigError, LogError, ValueError, FileExistsError, FileNotFoundError, RunInUseError) as exc:
         fail(str(exc))
     cfg = run.load_config(SimTrainConfig)
