@@ -593,3 +593,14 @@ def test_cli_doctests_hold() -> None:
     from transferlab.human_review import cli as module
 
     assert doctest.testmod(module).failed == 0
+
+
+def test_a_mistyped_database_is_an_error_not_a_new_empty_store(tmp_path: Path) -> None:
+    r = Review(tmp_path)
+    assert r("users", "add", "ada", "--role", "admin", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["ada"]).exit_code == 0
+    typo = tmp_path / "reveiw.db"
+    for args in (("list",), ("show", "1"), ("reports", "list")):
+        res = CliRunner().invoke(app, ["review", *args, "--db", f"sqlite:///{typo}"])
+        assert res.exit_code == 2 and "no review database at" in _one_error_line(res), args
+        assert not typo.exists(), args
+    assert review_cli.sqlite_file("sqlite://") is None and review_cli.sqlite_file("postgresql://h/d") is None

@@ -145,11 +145,36 @@ def storage_problem(exc: BaseException, what: str = "the review database") -> st
     return f"{what} failed ({text}); nothing was changed"
 
 
-def _service(db: str | None) -> ReviewService:
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:///PATH`` URL names (None for other databases and in-memory SQLite).
+
+    >>> sqlite_file("sqlite:///tmp/review.db"), sqlite_file("sqlite://"), sqlite_file("postgresql://h/db")
+    (PosixPath('tmp/review.db'), None, None)
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _service(db: str | None, create: bool = False) -> ReviewService:
+    """The review service on ``--db``; only ``create`` (``users add``) may start a new SQLite file."""
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
 
     url = _url(db)
+    path = sqlite_file(url)
+    if not create and path is not None and not path.exists():
+        fail(
+            f"there is no review database at {path}: check --db (or $TRANSFERLAB_REVIEW_DB), or start "
+            "one with `transferlab review users add NAME --role admin`"
+        )
     try:
         return ReviewService(ReviewStore(url))
     except Exception as exc:  # a bad URL, an unreachable server, a missing driver, a damaged file
@@ -262,7 +287,7 @@ def users_add_command(
     The first account of an empty database needs no --user and must be an admin; after that an admin
     adds accounts. Passwords have at least 8 characters.
     """
-    service = _service(db)
+    service = _service(db, create=True)
     actor = _sign_in(service, user) if user else None
     new_password = _new_password(name)
     with _refusals():
