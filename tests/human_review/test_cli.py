@@ -597,7 +597,8 @@ def test_cli_doctests_hold() -> None:
 
 def test_a_mistyped_database_is_an_error_not_a_new_empty_store(tmp_path: Path) -> None:
     r = Review(tmp_path)
-    assert r("users", "add", "ada", "--role", "admin", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["ada"]).exit_code == 0
+    first = r("users", "add", "ada", "--role", "admin", TRANSFERLAB_NEW_PASSWORD=PASSWORDS["ada"])
+    assert first.exit_code == 0
     typo = tmp_path / "reveiw.db"
     for args in (("list",), ("show", "1"), ("reports", "list")):
         res = CliRunner().invoke(app, ["review", *args, "--db", f"sqlite:///{typo}"])
