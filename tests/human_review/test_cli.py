@@ -220,13 +220,17 @@ def test_rate_stores_expert_ratings_as_rewards(review: Review) -> None:
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
 
-    first = review("rate", "report-7", "8", "--comment", "names the stock-out", user="bob")
+    missing = review("rate", "report-1", "8", user="bob")
+    assert missing.exit_code == 2 and "there is no report report-1" in _one_error_line(missing)
+    svc = ReviewService(ReviewStore(review.url))
+    ada = svc.authenticate("ada", "pass-word-ada")
+    assert svc.add_report(ada, "ops-0001", "why did sales fall?", "a stock-out", 6.0, "expert") == 1
+    first = review("rate", "report-1", "8", "--comment", "names the stock-out", user="bob")
     assert first.exit_code == 0, first.output
     assert first.stdout.strip().isdigit()
-    out_of_range = review("rate", "report-7", "11", user="bob")
+    out_of_range = review("rate", "report-1", "11", user="bob")
     assert out_of_range.exit_code != 0 and "10" in _one_error_line(out_of_range)
-    svc = ReviewService(ReviewStore(review.url))
-    assert ratings_as_rewards(svc, svc.authenticate("ada", "pass-word-ada")) == [("report-7", 0.8)]
+    assert ratings_as_rewards(svc, ada) == [("report-1", 0.8)]
 
 
 def test_propose_command_queues_ppo_suggestions(review: Review, logs_dir: Path) -> None:

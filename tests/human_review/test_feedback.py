@@ -77,6 +77,8 @@ def test_ratings_become_rewards(tmp_path: Path) -> None:
     svc = ReviewService(ReviewStore(f"sqlite:///{tmp_path / 'r.db'}"))
     admin = svc.add_user(None, "ada", "password1", "admin")
     bob = svc.add_user(admin, "bob", "password1", "reviewer")
+    for question in ("why did sales fall?", "which segment churns?"):
+        svc.add_report(admin, "ops-0001", question, "an answer", 6.0, "expert")
     svc.rate(bob, "report-1", 7.0, "names the stock-out")
     svc.rate(bob, "report-2", 10.0)
     assert ratings_as_rewards(svc, admin) == [("report-1", 0.7), ("report-2", 1.0)]

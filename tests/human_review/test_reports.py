@@ -66,10 +66,12 @@ def test_report_roles_and_missing_ids(team: Any) -> None:
         team.svc.report(team.viewer, 42)
 
 
-def test_reports_unrated_by_a_reviewer(team: Any) -> None:
+def test_reports_unrated_by_a_reviewer(team: Any, make_suggestion: Any) -> None:
     a, b, c = (_add(team, s) for s in (1.0, 5.0, 9.0))
     team.svc.rate(team.reviewer, report_subject(a), 3)
     team.svc.rate(team.reviewer2, report_subject(b), 6)
+    suggestion = [team.svc.submit(team.reviewer2, make_suggestion()) for _ in range(c)][-1]
+    assert suggestion == c
     team.svc.rate(team.reviewer, f"suggestion-{c}", 6)  # another subject: c stays unrated
     assert [r.id for r in team.svc.reports(team.reviewer, unrated_by=team.reviewer)] == [b, c]
     assert [r.id for r in team.svc.reports(team.reviewer, unrated_by=team.reviewer2)] == [a, c]
@@ -87,7 +89,8 @@ def test_rubric_vs_human_matches_a_hand_computed_spearman(team: Any) -> None:
     team.svc.rate(team.reviewer2, report_subject(b), 6)  # mean 7
     team.svc.rate(team.reviewer, report_subject(c), 6)
     team.svc.rate(team.reviewer, report_subject(ungraded), 10)  # no rubric score: not paired
-    team.svc.rate(team.reviewer, "report-999", 1)  # no such report: ignored
+    with pytest.raises(NotFound, match="there is no report report-999"):
+        team.svc.rate(team.reviewer, "report-999", 1)  # no such report: refused, nothing stored
     # rubric (2, 5, 9) ranks (1, 2, 3); human (3, 7, 6) ranks (1, 3, 2): d^2 sums to 2,
     # rho = 1 - 6 * 2 / (3 * (9 - 1)) = 0.5; |diff| = (1, 2, 3), mean 2.
     agreement = rubric_vs_human(team.svc, team.viewer)
@@ -141,7 +144,7 @@ def test_report_text_takes_only_final_reports() -> None:
     assert report_text("not json") is None
 
 
-def test_page_views_hide_the_rubric_and_keep_own_ratings(team: Any) -> None:
+def test_page_views_hide_the_rubric_and_keep_own_ratings(team: Any, make_suggestion: Any) -> None:
     from transferlab.human_review import views
 
     a, b = _add(team, 9.5), _add(team, 1.0, text="late deliveries")
@@ -149,6 +152,7 @@ def test_page_views_hide_the_rubric_and_keep_own_ratings(team: Any) -> None:
     assert card == {"heading": f"Report #{a} (ops-0001)", "question": QUESTION, "text": "a stock-out"}
     team.svc.rate(team.reviewer, report_subject(a), 8, "right cause")
     team.svc.rate(team.reviewer2, report_subject(b), 2)
+    assert team.svc.submit(team.reviewer2, make_suggestion()) == 1
     team.svc.rate(team.reviewer, "suggestion-1", 5)
     rows = views.own_rating_rows(team.svc.ratings(team.viewer), team.svc.reports(team.viewer), "rita")
     assert [(r["report"], r["score"], r["comment"]) for r in rows] == [(a, 8.0, "right cause")]

@@ -453,11 +453,18 @@ def test_feedback(team: Any, make_suggestion: Make) -> None:
 
 def test_ratings_keep_subject_score_rater_and_time(team: Any, clock: Any) -> None:
     svc = team.svc
-    rid = svc.rate(team.reviewer, "report:2025-03-01", 7.5, "clear")
+    report = svc.add_report(team.admin, "ops-0001", "why did sales fall?", "a stock-out", 6.0, "expert")
+    rid = svc.rate(team.reviewer, f"report-{report}", 7.5, "clear")
     rows = svc.ratings(team.viewer)
     assert [(r.id, r.subject, r.score, r.rater, r.comment, r.at) for r in rows] == [
-        (rid, "report:2025-03-01", 7.5, "rita", "clear", clock.now)
+        (rid, f"report-{report}", 7.5, "rita", "clear", clock.now)
     ]
+    with pytest.raises(NotFound, match="there is no report report-99"):
+        svc.rate(team.reviewer, "report-99", 5)
+    with pytest.raises(NotFound, match="there is no suggestion suggestion-99"):
+        svc.rate(team.reviewer, "suggestion-99", 5)
+    with pytest.raises(ReviewError, match="cannot rate 'report:2025-03-01'"):
+        svc.rate(team.reviewer, "report:2025-03-01", 5)
     for bad in (-0.1, 10.5, float("nan"), True):
         with pytest.raises(ReviewError, match="must be a number from 0 to 10"):
             svc.rate(team.reviewer, "report", bad)
@@ -465,8 +472,14 @@ def test_ratings_keep_subject_score_rater_and_time(team: Any, clock: Any) -> Non
         svc.rate(team.viewer, "report", 5)
 
 
+def _report(team: Any) -> int:
+    """Report 1, added by the admin (so both reviewers may rate it)."""
+    return int(team.svc.add_report(team.admin, "ops-0001", "why did sales fall?", "a stock-out", 6.0, "expert"))
+
+
 def test_a_new_rating_replaces_the_old_one_and_the_change_is_audited(team: Any, clock: Any) -> None:
     svc = team.svc
+    assert _report(team) == 1
     first = svc.rate(team.reviewer, "report-1", 4, "too vague")
     clock.advance(minutes=5)
     again = svc.rate(team.reviewer, "report-1", 8.5, "names the stock-out")
@@ -489,6 +502,7 @@ def test_a_new_rating_replaces_the_old_one_and_the_change_is_audited(team: Any, 
 
 
 def test_the_database_allows_one_rating_per_rater_and_subject(team: Any) -> None:
+    assert _report(team) == 1
     team.svc.rate(team.reviewer, "report-1", 4)
     with pytest.raises(sa.exc.IntegrityError), team.svc.store.session() as s:
         s.add(RatingRow(subject="report-1", score=5.0, rater="rita", comment="", at=team.svc.now()))

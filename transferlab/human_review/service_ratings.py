@@ -134,7 +134,8 @@ def _suggestion_id(subject: str) -> int | None:
 
 
 def rate(ctx: ServiceContext, actor: User, subject: str, score: float, comment: str) -> int:
-    """:meth:`ReviewService.rate`: store (or replace) ``actor``'s 0-10 rating of ``subject``; its id."""
+    """:meth:`ReviewService.rate`: store (or replace) ``actor``'s 0-10 rating of ``subject`` (an
+    existing ``report-<id>`` or ``suggestion-<id>``); its id."""
     what = cast(str, free_text(subject, "subject", required=True, limit=200))
     if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 10:
         raise ReviewError(f"score={score!r:.40} must be a number from 0 to 10")
@@ -143,7 +144,8 @@ def rate(ctx: ServiceContext, actor: User, subject: str, score: float, comment: 
         try:
             with ctx.store.session() as s:
                 user = require(s, actor, "reviewer", "rating")
-                _refuse_own_subject(s, user, what)
+                if _subject_author(s, what) == user.name:
+                    raise PermissionDenied(f"{user.name} added {what}; someone else must rate it")
                 return _upsert_rating(ctx, s, user.name, what, float(score), note)
         except IntegrityError:
             if attempt:
@@ -151,17 +153,27 @@ def rate(ctx: ServiceContext, actor: User, subject: str, score: float, comment: 
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _refuse_own_subject(s: Session, user: UserRow, subject: str) -> None:
-    """:class:`PermissionDenied` when ``subject`` is a report ``user`` added or a suggestion they
-    submitted."""
+def _subject_author(s: Session, subject: str) -> str:
+    """Who added the report or submitted the suggestion ``subject`` names.
+
+    :class:`ReviewError` when ``subject`` is neither ``report-<id>`` nor ``suggestion-<id>``;
+    :class:`NotFound` when no such report or suggestion exists (nothing is rated then).
+    """
     report_id, suggestion_id = _report_id(subject), _suggestion_id(subject)
-    author = None
     if report_id is not None:
         author = s.scalar(select(ReportRow.created_by).where(ReportRow.id == report_id))
     elif suggestion_id is not None:
         author = s.scalar(select(SuggestionRow.submitted_by).where(SuggestionRow.id == suggestion_id))
-    if author == user.name:
-        raise PermissionDenied(f"{user.name} added {subject}; someone else must rate it")
+    else:
+        raise ReviewError(
+            f"cannot rate {subject!r}: rate report-<id> (see `review reports list`) or suggestion-<id> "
+            "(see `review list`)"
+        )
+    if author is None:
+        kind = "report" if report_id is not None else "suggestion"
+        listing = "review reports list" if report_id is not None else "review list"
+        raise NotFound(f"there is no {kind} {subject}: `{listing}` shows what can be rated")
+    return str(author)
 
 
 def _upsert_rating(
