@@ -474,7 +474,8 @@ def test_ratings_keep_subject_score_rater_and_time(team: Any, clock: Any) -> Non
 
 def _report(team: Any) -> int:
     """Report 1, added by the admin (so both reviewers may rate it)."""
-    return int(team.svc.add_report(team.admin, "ops-0001", "why did sales fall?", "a stock-out", 6.0, "expert"))
+    svc = team.svc
+    return int(svc.add_report(team.admin, "ops-0001", "why did sales fall?", "a stock-out", 6.0, "expert"))
 
 
 def test_a_new_rating_replaces_the_old_one_and_the_change_is_audited(team: Any, clock: Any) -> None:

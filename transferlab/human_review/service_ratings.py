@@ -27,7 +27,7 @@ from transferlab.human_review.service_common import (
     jsonable_times,
     require,
 )
-from transferlab.human_review.store import RatingChangeRow, RatingRow, ReportRow, SuggestionRow, UserRow
+from transferlab.human_review.store import RatingChangeRow, RatingRow, ReportRow, SuggestionRow
 
 __all__ = [
     "MAX_REPORT",
