@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -267,6 +268,7 @@ def test_market_advance_without_market_and_serve_without_app(
         "--server.address": "127.0.0.1",  # loopback unless --address says otherwise
         "--server.port": "8999",
         "--browser.gatherUsageStats": "false",
+        "--client.toolbarMode": "viewer",  # no Deploy button
     }
     assert (
         dict(zip(*[iter(review_cli.serve_command_line(1, "0.0.0.0")[5:])] * 2, strict=True))[
@@ -561,11 +563,21 @@ def test_serve_listens_on_loopback_unless_told_and_warns_then(tmp_path: Path, ad
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
+    db = ["--db", f"sqlite:///{tmp_path / 'review.db'}"]
     argv = [sys.executable, "-c", "from transferlab.cli import main; main()", "review", "serve"]
-    argv += ["--port", str(port), "--db", f"sqlite:///{tmp_path / 'review.db'}"]
+    argv += ["--port", str(port), *db]
     argv += ["--address", address] if address else []
+    missing = runner.invoke(app, ["review", "serve", "--port", str(port), *db])
+    assert missing.exit_code == 2 and "users add" in _one_error_line(missing)  # nobody could sign in
+    added = runner.invoke(
+        app,
+        ["review", "users", "add", "ada", "--role", "admin", *db],
+        env={"TRANSFERLAB_NEW_PASSWORD": "password1"},
+    )
+    assert added.exit_code == 0, added.output
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stopped = False
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -578,11 +590,21 @@ def test_serve_listens_on_loopback_unless_told_and_warns_then(tmp_path: Path, ad
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
             time.sleep(0.3)
         listening = _listening(port)
+        proc.send_signal(signal.SIGTERM)  # to `review serve` alone: it must stop Streamlit itself
+        assert proc.wait(timeout=60) == 0
+        deadline = time.monotonic() + 30
+        while _listening(port) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        stopped = not _listening(port)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
         proc.wait(timeout=60)
         log.close()
     out = (tmp_path / "serve.log").read_text()
+    assert stopped, "the Streamlit server outlived `review serve` after SIGTERM"
+    shown = "http://127.0.0.1:" if address is None else "http://0.0.0.0:"
+    assert f"review app on {shown}{port}" in out
     if address is None:
         assert listening == {"0100007F"}, listening  # 127.0.0.1 only
         assert "warning:" not in out

@@ -728,7 +728,8 @@ def review_app_path() -> Path:
 
 
 def serve_command_line(port: int, address: str = DEFAULT_ADDRESS) -> list[str]:
-    """The ``streamlit run`` command line of the review app: on ``address``, usage statistics off."""
+    """The ``streamlit run`` command line of the review app: on ``address``, usage statistics off, and
+    the toolbar a viewer's (no Deploy button or developer options)."""
     return [
         sys.executable,
         "-m",
@@ -743,6 +744,8 @@ def serve_command_line(port: int, address: str = DEFAULT_ADDRESS) -> list[str]:
         str(port),
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",
+        "viewer",
     ]
 
 
@@ -773,8 +776,6 @@ def serve_command(
     db: DbOption = None,
 ) -> None:
     """Open the Streamlit review app on the database (people sign in in the app)."""
-    import subprocess
-
     path = review_app_path()
     if not path.is_file():
         fail(f"the review app {path} is not installed yet; update transferlab (it ships transferlab/apps/)")
@@ -786,11 +787,56 @@ def serve_command(
             "keep it on 127.0.0.1 (the default) unless a TLS proxy and a firewall stand in front of it",
             file=sys.stderr,
         )
-    env = os.environ | {ENV_REVIEW_DB: _url(db)}
-    host = "localhost" if is_loopback(address) else address
-    print(f"review app on http://{host}:{port} (database {env[ENV_REVIEW_DB]})", file=sys.stderr)
+    url = _url(db)
+    path_db = sqlite_file(url)
+    if path_db is not None and not path_db.exists():
+        fail(
+            f"there is no review database at {path_db}: nobody could sign in; add the first account with "
+            "`transferlab review users add NAME --role admin` (same --db), then serve"
+        )
+    env = os.environ | {ENV_REVIEW_DB: url}
+    print(f"review app on {listen_url(address, port)} (database {url})", file=sys.stderr)
+    raise typer.Exit(_run_forwarding_signals(serve_command_line(port, address), env))
+
+
+def listen_url(address: str, port: int) -> str:
+    """The address the app listens on, as a URL (IPv6 in brackets; all interfaces said in words).
+
+    >>> listen_url("127.0.0.1", 8501), listen_url("::1", 1), listen_url("0.0.0.0", 2)
+    ('http://127.0.0.1:8501', 'http://[::1]:1', 'http://0.0.0.0:2 (every interface of this machine)')
+    """
+    host = f"[{address}]" if ":" in address else address
+    every = address in ("0.0.0.0", "::")
+    return f"http://{host}:{port}" + (" (every interface of this machine)" if every else "")
+
+
+def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
+    """Run ``argv`` and hand it SIGTERM and SIGINT, so stopping us stops it (no orphan server).
+
+    Returns its exit code; 0 when it stopped because we passed a signal on.
+    """
+    import signal
+    import subprocess
+
+    child = subprocess.Popen(argv, env=env)
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        code = subprocess.call(serve_command_line(port, address), env=env)
-    except KeyboardInterrupt:
-        code = 0
-    raise typer.Exit(code)
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:  # we are leaving for another reason: do not leave it behind
+            child.terminate()
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    return 0 if forwarded else code
