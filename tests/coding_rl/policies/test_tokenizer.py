@@ -176,3 +176,20 @@ def test_words_split_spells_an_unseen_name_from_seen_words(texts: list[str], tmp
     assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == words.encode(text)
     with pytest.raises(ValueError, match="unknown split 'letters'"):
         train_tokenizer(corpus, vocab_size=600, split="letters")
+
+
+def test_word_pieces_split_keeps_the_underscore_on_the_later_word(texts: list[str], tmp_path: Path) -> None:
+    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+
+    corpus = list(texts) + ["def shift_total(x): pass", "def count_frame(x): pass"] * 20
+    pieces = train_tokenizer(corpus, vocab_size=600, split="word_pieces")
+    # the unseen ``count_total`` is ``count`` then ``_total``, the same after a backtick or a space
+    for context in ("Issue: `count_total` is wrong", '"pattern": "def count_total"'):
+        decoded = [pieces.decode([i]) for i in pieces.encode(context)]
+        start = decoded.index("count")
+        assert decoded[start : start + 2] == ["count", "_total"]
+    assert [pieces.decode([i]) for i in pieces.encode("test_0")] == ["test", "_", "0"]
+    text = "def f_2(a):\n    return  a_b  +  _c_d + 12345\n"
+    assert pieces.decode(pieces.encode(text)) == text
+    pieces.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == pieces.encode(text)

@@ -130,11 +130,12 @@ class AgentLearnConfig(ModelChoice):
     vocab_size: int = Field(
         default=512, ge=300, description="Tiny policy: BPE vocabulary trained on the training tasks' texts."
     )
-    split: Literal["identifiers", "spaces", "words"] = Field(
+    split: Literal["identifiers", "spaces", "words", "word_pieces"] = Field(
         default="identifiers",
         description="Tiny policy: how the tokenizer splits text. identifiers: a name is one piece (GPT-2 "
         "style); spaces: whitespace is a token of its own, so a name has the same tokens wherever it "
-        "appears; words: also split names at underscores, so an unseen name is spelt from seen words.",
+        "appears; words: also split names at underscores, so an unseen name is spelt from seen words; "
+        "word_pieces: like words, but each later word keeps its underscore (report, _ops).",
     )
     demo_tasks: int | None = Field(
         default=None, ge=1, description="Training tasks with an expert demonstration; None = every one."

@@ -55,6 +55,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "SPLITS",
     "WORDS_PATTERN",
+    "WORD_PIECES_PATTERN",
     "encode_chat",
     "observation_ids",
     "train_bpe",
@@ -102,10 +103,18 @@ WORDS_PATTERN: Final = r"'(?:s|t|re|ve|m|ll|d)|\p{L}+|\p{N}{1,3}|_|[^\s\p{L}\p{N
 ``track_note`` is ``track``, ``_``, ``note``. A name never seen in training is then spelt from words
 that were, so a small policy can copy it word by word."""
 
+WORD_PIECES_PATTERN: Final = r"'(?:s|t|re|ve|m|ll|d)|_?\p{L}+|\p{N}{1,3}|_|[^\s\p{L}\p{N}_]+|\s+"
+"""Like :data:`WORDS_PATTERN`, but each later word of a name keeps its underscore: ``report_ops`` is
+``report``, ``_ops``. Copying a name's next piece then needs only the previous word to match
+(``report`` is followed by ``_ops`` wherever the name appears) instead of the bare ``_``, which follows
+almost every word of a repository's text (``read_file``, ``test_report_ops``, ...) and so points an
+induction-style copy at the wrong one."""
+
 SPLITS: Final[dict[str, str]] = {
     "identifiers": PRETOKENIZE_PATTERN,
     "spaces": SEPARATE_SPACES_PATTERN,
     "words": WORDS_PATTERN,
+    "word_pieces": WORD_PIECES_PATTERN,
 }
 """How :func:`train_tokenizer` may split text before BPE, by name."""
 
@@ -157,8 +166,8 @@ def train_tokenizer(
     an upper bound (a small corpus may support fewer merges). BPE training has no randomness:
     ``seed`` is recorded in the tokenizer's ``init_kwargs`` (and saved with it) so a run's
     configuration is complete, and different seeds give the same tokenizer. The texts are consumed
-    once, in order. ``split`` names the pre-tokenizer (:data:`SPLITS`: ``identifiers``, ``spaces`` or
-    ``words``; saved with the tokenizer, like the merges).
+    once, in order. ``split`` names the pre-tokenizer (:data:`SPLITS`: ``identifiers``, ``spaces``,
+    ``words`` or ``word_pieces``; saved with the tokenizer, like the merges).
     """
     from transformers import PreTrainedTokenizerFast
 
