@@ -193,3 +193,23 @@ def test_word_pieces_split_keeps_the_underscore_on_the_later_word(texts: list[st
     assert pieces.decode(pieces.encode(text)) == text
     pieces.save_pretrained(tmp_path)
     assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == pieces.encode(text)
+
+
+def test_code_pieces_split_quotes_a_line_with_the_pieces_of_the_file() -> None:
+    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+
+    pieces = train_tokenizer(["def f(a):\n    return a * 4 - v\n"], vocab_size=300, split="code_pieces")
+    split = pieces.backend_tokenizer.pre_tokenizer.pre_tokenize_str
+
+    def words(text: str) -> list[str]:
+        return [w for w, _ in split(text)]
+
+    line = ["Ġreturn", "Ġa", "Ġ*", "Ġ4", "Ġ-", "Ġv"]  # Ġ is the byte-level space
+    in_file = words("def f(a):\n    return a * 4 - v\n")
+    quoted = words('{"old": "    return a * 4 - v"}')
+    for pieces_of in (in_file, quoted):
+        start = pieces_of.index("Ġreturn")
+        assert pieces_of[start : start + len(line)] == line
+    assert words("src/report_ops.py")[2:4] == ["report", "_ops"]
+    text = "def f_2(a):\n    return  a_b  +  _c_d + 12345\n"
+    assert pieces.decode(pieces.encode(text)) == text

@@ -130,12 +130,14 @@ class AgentLearnConfig(ModelChoice):
     vocab_size: int = Field(
         default=512, ge=300, description="Tiny policy: BPE vocabulary trained on the training tasks' texts."
     )
-    split: Literal["identifiers", "spaces", "words", "word_pieces"] = Field(
+    split: Literal["identifiers", "spaces", "words", "word_pieces", "code_pieces"] = Field(
         default="identifiers",
         description="Tiny policy: how the tokenizer splits text. identifiers: a name is one piece (GPT-2 "
         "style); spaces: whitespace is a token of its own, so a name has the same tokens wherever it "
         "appears; words: also split names at underscores, so an unseen name is spelt from seen words; "
-        "word_pieces: like words, but each later word keeps its underscore (report, _ops).",
+        "word_pieces: like words, but each later word keeps its underscore (report, _ops); code_pieces: "
+        "also keeps the space before a word or operator (return, ' a', ' *'), so a quoted code line has "
+        "the file's pieces.",
     )
     demo_tasks: int | None = Field(
         default=None, ge=1, description="Training tasks with an expert demonstration; None = every one."

@@ -56,6 +56,7 @@ __all__ = [
     "SPLITS",
     "WORDS_PATTERN",
     "WORD_PIECES_PATTERN",
+    "CODE_PIECES_PATTERN",
     "encode_chat",
     "observation_ids",
     "train_bpe",
@@ -110,11 +111,20 @@ WORD_PIECES_PATTERN: Final = r"'(?:s|t|re|ve|m|ll|d)|_?\p{L}+|\p{N}{1,3}|_|[^\s\
 almost every word of a repository's text (``read_file``, ``test_report_ops``, ...) and so points an
 induction-style copy at the wrong one."""
 
+CODE_PIECES_PATTERN: Final = (
+    r"'(?:s|t|re|ve|m|ll|d)| ?\p{L}+|_\p{L}+| ?\p{N}{1,3}|_| ?[^\s\p{L}\p{N}_]+|\s+(?!\S)|\s+"
+)
+"""Like :data:`WORD_PIECES_PATTERN`, but a word, number or operator also keeps the one space before it
+(GPT-2's way): ``return a * 4`` is ``return``, `` a``, `` *``, `` 4``. Every piece of a code line then
+follows the same piece wherever the line is quoted, so copying it from a file needs only the previous
+piece to match, not the bare space that precedes almost every piece of code."""
+
 SPLITS: Final[dict[str, str]] = {
     "identifiers": PRETOKENIZE_PATTERN,
     "spaces": SEPARATE_SPACES_PATTERN,
     "words": WORDS_PATTERN,
     "word_pieces": WORD_PIECES_PATTERN,
+    "code_pieces": CODE_PIECES_PATTERN,
 }
 """How :func:`train_tokenizer` may split text before BPE, by name."""
 
@@ -167,7 +177,7 @@ def train_tokenizer(
     ``seed`` is recorded in the tokenizer's ``init_kwargs`` (and saved with it) so a run's
     configuration is complete, and different seeds give the same tokenizer. The texts are consumed
     once, in order. ``split`` names the pre-tokenizer (:data:`SPLITS`: ``identifiers``, ``spaces``,
-    ``words`` or ``word_pieces``; saved with the tokenizer, like the merges).
+    ``words``, ``word_pieces`` or ``code_pieces``; saved with the tokenizer, like the merges).
     """
     from transformers import PreTrainedTokenizerFast
 
