@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BOS",
     "CHAT_TEMPLATE",
+    "CODE_PIECES_PATTERN",
     "EOS",
     "IM_END",
     "IM_START",
@@ -56,7 +57,6 @@ __all__ = [
     "SPLITS",
     "WORDS_PATTERN",
     "WORD_PIECES_PATTERN",
-    "CODE_PIECES_PATTERN",
     "encode_chat",
     "observation_ids",
     "train_bpe",
