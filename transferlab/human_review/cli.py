@@ -163,18 +163,22 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _require_database(url: str, fix: str) -> None:
+    """Fail (one line, exit 2) when ``url`` names a SQLite file that does not exist; ``fix`` leads
+    into the command that makes one."""
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        fail(f"there is no review database at {path}: {fix} `transferlab review users add NAME --role admin`")
+
+
 def _service(db: str | None, create: bool = False) -> ReviewService:
     """The review service on ``--db``; only ``create`` (``users add``) may start a new SQLite file."""
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
 
     url = _url(db)
-    path = sqlite_file(url)
-    if not create and path is not None and not path.exists():
-        fail(
-            f"there is no review database at {path}: check --db (or $TRANSFERLAB_REVIEW_DB), or start "
-            "one with `transferlab review users add NAME --role admin`"
-        )
+    if not create:
+        _require_database(url, "check --db (or $TRANSFERLAB_REVIEW_DB), or start one with")
     try:
         return ReviewService(ReviewStore(url))
     except Exception as exc:  # a bad URL, an unreachable server, a missing driver, a damaged file
@@ -788,12 +792,7 @@ def serve_command(
             file=sys.stderr,
         )
     url = _url(db)
-    path_db = sqlite_file(url)
-    if path_db is not None and not path_db.exists():
-        fail(
-            f"there is no review database at {path_db}: nobody could sign in; add the first account with "
-            "`transferlab review users add NAME --role admin` (same --db), then serve"
-        )
+    _require_database(url, "nobody could sign in; add the first account (same --db) with")
     env = os.environ | {ENV_REVIEW_DB: url}
     print(f"review app on {listen_url(address, port)} (database {url})", file=sys.stderr)
     raise typer.Exit(_run_forwarding_signals(serve_command_line(port, address), env))

@@ -160,39 +160,29 @@ def test_separate_spaces_give_a_name_the_same_tokens_everywhere(texts: list[str]
     assert AutoTokenizer.from_pretrained(tmp_path).encode(contexts[1]) == separate.encode(contexts[1])
 
 
-def test_words_split_spells_an_unseen_name_from_seen_words(texts: list[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("split", "name_pieces"),
+    [("words", ["count", "_", "total"]), ("word_pieces", ["count", "_total"])],
+)
+def test_word_splits_spell_an_unseen_name_from_seen_words(
+    texts: list[str], tmp_path: Path, split: str, name_pieces: list[str]
+) -> None:
     from transferlab.coding_rl.policies.tokenizer import train_tokenizer
 
     corpus = list(texts) + ["def shift_total(x): pass", "def count_frame(x): pass"] * 20
-    words = train_tokenizer(corpus, vocab_size=600, split="words")
-    # ``count_total`` never appears whole; its words do, and each is one token
+    tok = train_tokenizer(corpus, vocab_size=600, split=split)
+    # ``count_total`` never appears whole; its words do, each one token, the same after a backtick or a space
     for context in ("Issue: `count_total` is wrong", '"pattern": "def count_total"'):
-        decoded = [words.decode([i]) for i in words.encode(context)]
+        decoded = [tok.decode([i]) for i in tok.encode(context)]
         start = decoded.index("count")
-        assert decoded[start : start + 3] == ["count", "_", "total"]
-    text = "def f_2(a):\n    return  a_b  +  12345\n"
-    assert words.decode(words.encode(text)) == text
-    words.save_pretrained(tmp_path)
-    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == words.encode(text)
+        assert decoded[start : start + len(name_pieces)] == name_pieces
+    assert [tok.decode([i]) for i in tok.encode("test_0")] == ["test", "_", "0"]
+    text = "def f_2(a):\n    return  a_b  +  _c_d + 12345\n"
+    assert tok.decode(tok.encode(text)) == text
+    tok.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == tok.encode(text)
     with pytest.raises(ValueError, match="unknown split 'letters'"):
         train_tokenizer(corpus, vocab_size=600, split="letters")
-
-
-def test_word_pieces_split_keeps_the_underscore_on_the_later_word(texts: list[str], tmp_path: Path) -> None:
-    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
-
-    corpus = list(texts) + ["def shift_total(x): pass", "def count_frame(x): pass"] * 20
-    pieces = train_tokenizer(corpus, vocab_size=600, split="word_pieces")
-    # the unseen ``count_total`` is ``count`` then ``_total``, the same after a backtick or a space
-    for context in ("Issue: `count_total` is wrong", '"pattern": "def count_total"'):
-        decoded = [pieces.decode([i]) for i in pieces.encode(context)]
-        start = decoded.index("count")
-        assert decoded[start : start + 2] == ["count", "_total"]
-    assert [pieces.decode([i]) for i in pieces.encode("test_0")] == ["test", "_", "0"]
-    text = "def f_2(a):\n    return  a_b  +  _c_d + 12345\n"
-    assert pieces.decode(pieces.encode(text)) == text
-    pieces.save_pretrained(tmp_path)
-    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == pieces.encode(text)
 
 
 def test_code_pieces_split_quotes_a_line_with_the_pieces_of_the_file() -> None:
