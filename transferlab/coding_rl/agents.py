@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 from typing import Protocol
 
 from transferlab.coding_rl.tasks.repo_task import RepoTask
@@ -100,7 +101,98 @@ def short_plan(task: RepoTask) -> list[str]:
     ]
 
 
-PLANS = {"full": expert_plan, "direct": direct_plan, "short": short_plan}
+_TOKEN = re.compile(r"\w+|\S")
+
+
+def minimal_edit(buggy: str, fixed: str) -> tuple[str, str]:
+    """The smallest ``(old, new)`` that turns line ``buggy`` into ``fixed`` with ``old`` unique in it.
+
+    Tokens (words and single symbols) common to both ends are kept; what is between them is the edit,
+    with the whitespace around it (``"for i in range(n - 1):"`` -> ``"for i in range(n):"`` gives
+    ``(" - 1", "")``). When that piece is blank or occurs twice in ``buggy``, it grows by one token at a
+    time, alternately on the left and the right, up to the whole line.
+    """
+    if buggy == fixed:
+        raise ValueError(f"the two lines are the same ({buggy!r}): there is nothing to edit")
+    b = [m.span() for m in _TOKEN.finditer(buggy)]
+    f = [m.span() for m in _TOKEN.finditer(fixed)]
+    same = lambda i, j: buggy[slice(*b[i])] == fixed[slice(*f[j])]  # noqa: E731
+    left = 0
+    while left < min(len(b), len(f)) and same(left, left):
+        left += 1
+    right = 0
+    while right < min(len(b), len(f)) - left and same(-1 - right, -1 - right):
+        right += 1
+    for turn in range(len(b) + len(f) + 1):
+        old = buggy[b[left - 1][1] if left else 0 : b[-right][0] if right else len(buggy)]
+        new = fixed[f[left - 1][1] if left else 0 : f[-right][0] if right else len(fixed)]
+        if old.strip() and buggy.count(old) == 1:
+            return old, new
+        if left and (turn % 2 == 0 or not right):
+            left -= 1
+        elif right:
+            right -= 1
+        else:
+            break
+    return buggy, fixed
+
+
+def line_fix(task: RepoTask) -> tuple[int, str, str] | None:
+    """``(line, old, new)`` of the expert's line edit, or None when the bug is not one unique line."""
+    bug = task.meta.bug
+    before, after = bug.before.strip("\n"), bug.after.strip("\n")
+    lines = task.buggy_source.split("\n")
+    single = len(task.meta.provenance.get("bugs", [bug])) <= 1
+    if not (single and after and "\n" not in after and lines.count(after) == 1):
+        return None
+    if task.buggy_source.replace(after, before, 1) != task.reference_source:
+        return None
+    return lines.index(after) + 1, *minimal_edit(after, before)
+
+
+def _line_fix_action(task: RepoTask) -> str:
+    fix = line_fix(task)
+    if fix is None:
+        return _fix_action(task)
+    line, old, new = fix
+    return call("edit_file", path=task.meta.source_path, line=str(line), old=old, new=new)
+
+
+def lines_plan(task: RepoTask) -> list[str]:
+    """Like :func:`short_plan`, but the fix is a line edit: the line number ``read_file`` shows, and
+    the smallest piece of that line that changes (:func:`minimal_edit`), such as ``" >= "`` -> ``" > "``.
+
+    A small policy copies a short piece and a number far more reliably than a whole line: with the
+    whole line, a tiny policy tends to write the line of a similar function it memorised.
+    """
+    return [
+        call("read_file", path=task.meta.source_path),
+        _line_fix_action(task),
+        call("run_tests", target="all"),
+        call("submit"),
+    ]
+
+
+def recovery_plan(task: RepoTask, decoy: RepoTask) -> list[str] | None:
+    """:func:`lines_plan` with a failed first edit: ``decoy``'s line edit, tried on ``task``'s file.
+
+    None unless that edit fails as a tool error on ``task`` (its line does not exist, or the piece
+    does not occur once there), so the file is unchanged and the expert can go on with the right fix.
+    Demonstrations made from it show a policy what to do after an error: make the right edit.
+    """
+    wrong, fix = line_fix(decoy), line_fix(task)
+    if wrong is None or fix is None:
+        return None
+    line, old, new = wrong
+    lines = task.buggy_source.split("\n")
+    if line <= len(lines) and lines[line - 1].count(old) == 1:
+        return None
+    plan = lines_plan(task)
+    path = task.meta.source_path
+    return [plan[0], call("edit_file", path=path, line=str(line), old=old, new=new), *plan[1:]]
+
+
+PLANS = {"full": expert_plan, "direct": direct_plan, "short": short_plan, "lines": lines_plan}
 """The expert workflows by name (what an experiment's ``workflow`` setting picks)."""
 
 

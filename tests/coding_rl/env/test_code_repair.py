@@ -196,6 +196,35 @@ def test_tool_errors_are_messages_not_crashes(env: CodeRepairEnv) -> None:
         assert not term
 
 
+def test_read_file_numbers_lines_and_edit_file_can_address_one_line(env: CodeRepairEnv) -> None:
+    """A line edit changes only the named line; each way it can go wrong is a tool error."""
+    env.reset(options={"task": "seed-quick_sort"})
+    task = env.task
+    path = task.meta.source_path
+    lines = task.buggy_source.split("\n")
+    obs, *_ = env.step(call("read_file", path=path))
+    assert obs.split("\n")[1:4] == [f"{n}| {lines[n - 1]}" for n in (1, 2, 3)]
+    k = next(n for n, line in enumerate(lines, 1) if line.count("<") == 1)  # a line with one '<'
+    for bad, needle in [
+        (call("edit_file", path=path, line="two", old="<", new=">"), "line 'two' is not a number"),
+        (
+            call("edit_file", path=path, line=str(len(lines) + 1), old="<", new=">"),
+            f"has lines 1-{len(lines)}",
+        ),
+        (call("edit_file", path=path, line="1", old="zzz", new="y"), "does not occur in line 1"),
+        (call("edit_file", path=path, line=str(k), old="", new="y"), f"does not occur in line {k}"),
+    ]:
+        obs, _, _, _, info = env.step(bad)
+        assert needle in obs and info["components"] == {"tool_error": -1.0}, (bad, obs)
+    obs, _, _, _, info = env.step(call("edit_file", path=path, line=str(k), old="<", new=">"))
+    assert info["tool_ok"] and obs == f"wrote {path} line {k}: {lines[k - 1].replace('<', '>').strip()}"
+    after = env.workspace.read_file(path).split("\n")
+    assert (
+        after[k - 1] == lines[k - 1].replace("<", ">")
+        and after[: k - 1] + after[k:] == lines[: k - 1] + lines[k:]
+    )
+
+
 def test_writes_to_tests_are_refused_and_counted(env: CodeRepairEnv) -> None:
     env.reset(options={"task": "seed-quick_sort"})
     obs, r, *_, info = env.step(

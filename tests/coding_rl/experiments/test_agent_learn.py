@@ -110,6 +110,13 @@ def test_a_budget_rft_cannot_match_is_refused_naming_the_fix() -> None:
         AgentLearnConfig(
             rl=rl.model_copy(update={"max_steps": 3}), rft=RFTSettings(rounds=3, samples_per_task=2)
         )
+    rft = RFTSettings(rounds=3, samples_per_task=2)
+    with pytest.raises(ConfigError, match=re.escape("set workflow='lines' or recovery_every=0")):
+        AgentLearnConfig(rl=rl, rft=rft, workflow="short", recovery_every=3)
+    with pytest.raises(ConfigError, match=re.escape("set rl.max_steps >= 5")):  # a recovery is 5 calls
+        AgentLearnConfig(
+            rl=rl.model_copy(update={"max_steps": 4}), rft=rft, workflow="lines", recovery_every=3
+        )
 
 
 def test_rft_tasks_cycle_a_seeded_shuffle() -> None:
@@ -164,6 +171,8 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
         h = arm.held_out_success
         assert f"| {name} | {h.estimate:.3f} [{h.ci[0]:.3f}, {h.ci[1]:.3f}] | {arm.n_episodes} |" in markdown
     assert f"RL {rl['training_episodes'][0]}, RFT {rft['training_episodes'][0]}" in markdown
+    sft_arm = json.loads((run_dir / "arms" / "sft-seed0" / "result.json").read_text())
+    assert sft_arm["demonstrations"] == 4 and sft_arm["recovery_demonstrations"] == 2  # recovery_every=2
 
     # resume: the finished arms are kept (not recomputed), the missing one is computed again
     kept = {arm: (run_dir / "arms" / f"{arm}-seed0" / "result.json") for arm in ("sft", "rl")}

@@ -188,6 +188,7 @@ def test_renamed_is_seeded_and_refuses_when_no_name_is_free(default: Tasks) -> N
 WORKFLOWS = {
     "direct": ["search_code", "read_file", "edit_file", "run_tests", "submit"],
     "short": ["read_file", "edit_file", "run_tests", "submit"],
+    "lines": ["read_file", "edit_file", "run_tests", "submit"],
 }
 
 

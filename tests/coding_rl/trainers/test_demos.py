@@ -157,6 +157,26 @@ def test_sft_gradient_comes_from_action_tokens_only(scripted: Trajectory, tok: A
     assert any(not torch.equal(weights[n], moved[n]) for n in weights)
 
 
+def test_a_demonstrated_mistake_is_context_not_a_target(
+    sandbox: SandboxBackend, repo_task: RepoTask, tok: Any
+) -> None:
+    plan = toy_repo_plan(repo_task)
+    env = CodeRepairEnv([repo_task], sandbox=sandbox)
+    try:
+        demo = scripted_demonstration(env, repo_task, plan, tok, mistakes={len(plan) - 1})
+    finally:
+        env.close()
+    assert [s.info["imitate"] for s in demo.steps] == [True] * (len(plan) - 1) + [False]
+    # the mistake's tokens are never targets: changing one leaves the loss and the update bit-identical
+    last = demo.steps[-1]
+    other_action = [*last.action_ids[:-2], (last.action_ids[-2] + 1) % len(tok), last.action_ids[-1]]
+    loss, weights = _one_step(tok, demo)
+    same_loss, same = _one_step(tok, _with_last_step(demo, action_ids=other_action))
+    assert same_loss == loss and all(torch.equal(weights[n], same[n]) for n in weights)
+    imitated = _with_last_step(demo, info={**last.info, "imitate": True})
+    assert _one_step(tok, imitated)[0] != loss
+
+
 def test_sft_on_scripted_demos_learns_the_plan(scripted: Trajectory, tok: Any) -> None:
     model = TinyPolicyConfig(max_positions=1024, **TINY).create(tok)
     losses = train_sft(model, tok, [scripted], SFTConfig(steps=15, batch_size=1, lr=1e-2))

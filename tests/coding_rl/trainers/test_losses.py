@@ -579,6 +579,19 @@ def test_sft_loss_context_weight_counts_the_other_real_tokens() -> None:
         sft_loss(logits, ids, torch.tensor([[0, 0, 1]]), torch.tensor([[1, 1, 1]]), context_weight=-1)
 
 
+def test_sft_loss_ignore_mask_drops_a_demonstrated_mistake_from_both_terms() -> None:
+    logits, ids = _sft_case()
+    # targets 1 and 2 are the policy's (ln 3, ln 4); ignoring target 1 leaves ln 4 alone
+    out = sft_loss(logits, ids, torch.tensor([[0, 1, 1]]), ignore_mask=torch.tensor([[0, 1, 0]]))
+    close(out.loss, math.log(4))
+    assert out.tokens == 1
+    # as context (weight 0.5) target 1 would count 0.5 ln 3; ignored, it counts nothing either
+    ctx = sft_loss(
+        logits, ids, torch.tensor([[0, 0, 1]]), torch.tensor([[1, 1, 1]]), 0.5, torch.tensor([[0, 1, 0]])
+    )
+    close(ctx.loss, math.log(4))
+
+
 def test_sft_loss_matches_cross_entropy() -> None:
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(2, 6, 11, generator=g)

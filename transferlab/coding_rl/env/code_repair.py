@@ -16,6 +16,7 @@ from transferlab.coding_rl.env.workspace import (
     ToolError,
     Workspace,
     describe_run,
+    numbered,
     parse_action,
 )
 from transferlab.coding_rl.rewards import CODING_EVENTS, reward_table
@@ -207,7 +208,8 @@ class CodeRepairEnv(gym.Env[str, str]):
                 *(f"  {f}" for f in self.workspace.files()),
                 "",
                 f"Tools, one JSON object per turn: {tools}; run_tests takes an optional target "
-                '("all", a test file, or "file::test_<i>").',
+                '("all", a test file, or "file::test_<i>"); edit_file takes an optional line (the number '
+                "read_file shows), and then old need only be unique in that line.",
                 f"Step budget: {self.max_steps}.",
             ]
         )
@@ -227,7 +229,7 @@ class CodeRepairEnv(gym.Env[str, str]):
             self._redundant(call, events)
             self.read_paths.add(a["path"])
             events["read_file_success"] = 1
-            return f"=== {a['path']} ===\n{text}", False
+            return f"=== {a['path']} ===\n{numbered(text)}", False
         if call.action == "search_code":
             hits = ws.search_code(a["pattern"])
             self._redundant(call, events)
@@ -241,7 +243,7 @@ class CodeRepairEnv(gym.Env[str, str]):
             changed = (
                 ws.write_file(a["path"], a["content"])
                 if call.action == "write_file"
-                else ws.edit_file(a["path"], a["old"], a["new"])
+                else ws.edit_file(a["path"], a["old"], a["new"], a.get("line"))
             )
             if not changed:
                 events["redundant_action"] = 1
@@ -249,6 +251,10 @@ class CodeRepairEnv(gym.Env[str, str]):
             events["write_file_success"] = 1
             events["read_before_write" if a["path"] in self.read_paths else "write_without_read"] = 1
             self.version += 1
+            if "line" in a:  # show the edited line(s), so the policy sees what its edit did
+                n = int(a["line"])
+                shown = ws.read_file(a["path"]).split("\n")[n - 1 : n + a["new"].count("\n")]
+                return f"wrote {a['path']} line {n}: " + " / ".join(x.strip() for x in shown), False
             return f"wrote {a['path']}", False
         if call.action == "run_tests":
             run = ws.run_tests(a.get("target"))

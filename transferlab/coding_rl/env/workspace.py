@@ -29,7 +29,7 @@ TOOLS: dict[str, tuple[str, ...]] = {
     "run_tests": (),
     "submit": (),
 }
-OPTIONAL_ARGS: dict[str, tuple[str, ...]] = {"run_tests": ("target",)}
+OPTIONAL_ARGS: dict[str, tuple[str, ...]] = {"run_tests": ("target",), "edit_file": ("line",)}
 MAX_FILE_CHARS = 200_000
 MAX_SEARCH_HITS = 40
 
@@ -60,6 +60,30 @@ class TestRun:
     @property
     def ok(self) -> bool:
         return self.selected > 0 and self.passed == self.selected
+
+
+def numbered(text: str) -> str:
+    """``text`` with each line prefixed by its 1-based number (``"3| return x"``), as read_file shows it."""
+    return "\n".join(f"{n}| {line}" for n, line in enumerate(text.split("\n"), start=1))
+
+
+def _edit_line(text: str, rel: str, line: str, old: str, new: str) -> str:
+    """``text`` with the one ``old`` in line ``line`` (1-based) replaced by ``new``; ToolError otherwise."""
+    lines = text.split("\n")
+    try:
+        n = int(line)
+    except ValueError:
+        raise ToolError(
+            f"edit_file: line {line!r} is not a number; give the number read_file shows"
+        ) from None
+    if not 1 <= n <= len(lines):
+        raise ToolError(f"edit_file: {rel} has lines 1-{len(lines)}, not {n}")
+    count = lines[n - 1].count(old) if old else 0
+    if count != 1:
+        where = "does not occur" if count == 0 else f"occurs {count} times"
+        raise ToolError(f"edit_file: the old text {where} in line {n} of {rel}; quote exactly one occurrence")
+    lines[n - 1] = lines[n - 1].replace(old, new, 1)
+    return "\n".join(lines)
 
 
 @dataclass
@@ -125,10 +149,16 @@ class Workspace:
         path.write_text(content, encoding="utf-8")
         return before != content
 
-    def edit_file(self, rel: str, old: str, new: str) -> bool:
-        """Replace the one occurrence of `old` with `new`; returns whether the file changed."""
+    def edit_file(self, rel: str, old: str, new: str, line: str | None = None) -> bool:
+        """Replace the one occurrence of `old` with `new`; returns whether the file changed.
+
+        With ``line`` (1-based, as :func:`numbered` shows it) ``old`` must occur once in that line,
+        so a short piece such as ``"<="`` is enough to say where the change goes.
+        """
         path = self._check_writable(rel)
         text = self.read_file(rel)
+        if line is not None:
+            return self.write_file(rel, _edit_line(text, rel, line, old, new))
         count = text.count(old) if old else 0
         if count != 1:
             where = "does not occur" if count == 0 else f"occurs {count} times"

@@ -83,7 +83,7 @@ EVAL_SEED = 12_345
 """The held-out sampling seed, the one :func:`~transferlab.coding_rl.experiments.common.evaluate_agent`
 uses: every arm is scored on the same futures."""
 EDIT_TOOLS = ("edit_file", "write_file")
-EXPERT_STEPS = {"full": 7, "direct": 5, "short": 4}
+EXPERT_STEPS = {"full": 7, "direct": 5, "short": 4, "lines": 4}
 """Tool calls of each expert workflow's demonstrations (:data:`~transferlab.coding_rl.agents.PLANS`)."""
 
 
@@ -114,12 +114,19 @@ class AgentLearnConfig(ModelChoice):
     )
     task_seed: int = Field(default=0, ge=0, description="Seed of the procedural generation and its split.")
     held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of modules held out.")
-    workflow: Literal["full", "direct", "short"] = Field(
+    workflow: Literal["full", "direct", "short", "lines"] = Field(
         default="full",
         description="The expert's demonstrations: 'full' (read the tests, search, read the source, edit, "
         "run the failing test, run all, submit), 'direct' (search, read the source, edit, run all, "
-        "submit; each call follows from the last observation) or 'short' (read the source the issue's "
-        "file list names, edit, run all, submit).",
+        "submit; each call follows from the last observation), 'short' (read the source the issue's "
+        "file list names, edit, run all, submit) or 'lines' (like short, but the edit names the line "
+        "and only the piece of it that changes).",
+    )
+    recovery_every: int = Field(
+        default=0,
+        ge=0,
+        description="With workflow 'lines': every k-th demonstration first tries another task's edit, "
+        "gets the tool error, then makes the right one (0 = none).",
     )
     demo_variants: int = Field(
         default=0,
@@ -181,7 +188,12 @@ class AgentLearnConfig(ModelChoice):
                 f"rl.tasks_per_step x rl.group_size), but rft.rounds x rft.samples_per_task = {per_round} "
                 "does not divide it: change rft.rounds or rft.samples_per_task"
             )
-        need = EXPERT_STEPS[self.workflow]
+        if self.recovery_every and self.workflow != "lines":
+            raise ValueError(
+                f"recovery_every needs workflow 'lines' (its demonstrations are line edits), got "
+                f"{self.workflow!r}: set workflow='lines' or recovery_every=0"
+            )
+        need = EXPERT_STEPS[self.workflow] + (1 if self.recovery_every else 0)
         if self.rl.max_steps < need:
             raise ValueError(
                 f"rl.max_steps {self.rl.max_steps} is shorter than the expert's {need}-call "
@@ -210,6 +222,18 @@ def rft_tasks(train: Sequence[RepoTask], n: int, seed: int) -> list[RepoTask]:
     order = list(train)
     random.Random(f"rft:{seed}").shuffle(order)
     return [order[i % len(order)] for i in range(n)]
+
+
+def recovery_demo(task: RepoTask, decoys: Sequence[RepoTask], rng: random.Random) -> list[str] | None:
+    """A :func:`~transferlab.coding_rl.agents.recovery_plan` for ``task`` with a decoy drawn from
+    ``decoys`` (up to 10 draws until one's edit fails on ``task``); None if none does."""
+    from transferlab.coding_rl.agents import recovery_plan
+
+    for _ in range(10):
+        plan = recovery_plan(task, rng.choice(list(decoys)))
+        if plan is not None:
+            return plan
+    return None
 
 
 # ------------------------------------------------------------------------------------- diagnosis
@@ -339,8 +363,19 @@ class Setup:
             cfg = self.config
             tasks = self.demo_tasks()
             plan = PLANS[cfg.workflow]
+            plans = [plan(t) for t in tasks]
+            mistakes: list[set[int]] = [set() for _ in tasks]
+            if cfg.recovery_every:
+                rng = random.Random(f"agent-learn-recoveries:{cfg.task_seed}")
+                for i in range(1, len(tasks), cfg.recovery_every):
+                    recovery = recovery_demo(tasks[i], self.train, rng)
+                    if recovery is not None:
+                        plans[i], mistakes[i] = recovery, {1}  # call 1 is the failed edit
             env = CodeRepairEnv(tasks, sandbox=self.sandbox, max_steps=cfg.rl.max_steps)
-            self._demos = [scripted_demonstration(env, t, plan(t), self.tokenizer) for t in tasks]
+            self._demos = [
+                scripted_demonstration(env, t, p, self.tokenizer, m)
+                for t, p, m in zip(tasks, plans, mistakes, strict=True)
+            ]
             env.close()
         return self._demos
 
@@ -391,6 +426,9 @@ class Setup:
         return {
             **self.evaluate(model),
             "demonstrations": len(self.demos()),
+            "recovery_demonstrations": sum(
+                any(r.info.get("imitate") is False for r in d.steps) for d in self.demos()
+            ),
             "seconds": time.perf_counter() - t0,
         }
 

@@ -69,6 +69,8 @@ AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
         seeds=[0],
         n_functions=6,
         held_out_fraction=0.34,
+        workflow="lines",
+        recovery_every=2,
         demo_tasks=4,
         policy=TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=1024),
         sft=SFTConfig(steps=3, batch_size=4),

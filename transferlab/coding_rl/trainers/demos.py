@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 import torch
@@ -64,8 +64,14 @@ def code_demonstration(tokenizer: Any, task: CodeTask, body: str, index: int = 0
     return Trajectory([step]).validate()
 
 
-def scripted_demonstration(env: ToolEnv, task: Task, plan: Sequence[str], tokenizer: Any) -> Trajectory:
-    """Play ``plan`` (tool-call texts) in ``env`` on ``task``; record it as the policy would have."""
+def scripted_demonstration(
+    env: ToolEnv, task: Task, plan: Sequence[str], tokenizer: Any, mistakes: Collection[int] = ()
+) -> Trajectory:
+    """Play ``plan`` (tool-call texts) in ``env`` on ``task``; record it as the policy would have.
+
+    The calls at the indices in ``mistakes`` are demonstrated mistakes (info ``imitate`` False):
+    :func:`train_sft` keeps them in the context but does not train the policy to make them.
+    """
     intro, _ = env.reset(seed=0, options={"task": task})
     steps: list[StepRecord] = []
     for k, action in enumerate(plan):
@@ -84,7 +90,11 @@ def scripted_demonstration(env: ToolEnv, task: Task, plan: Sequence[str], tokeni
                 reward_components=dict(info["components"]),
                 terminated=bool(terminated),
                 truncated=bool(truncated),
-                info={"source": "demonstration", "success": info.get("success")},
+                info={
+                    "source": "demonstration",
+                    "success": info.get("success"),
+                    "imitate": k not in mistakes,
+                },
                 prompt_text=intro if k == 0 else "",
                 prompt_ids=(
                     encode_chat(tokenizer, [{"role": "user", "content": intro}], add_generation_prompt=True)
@@ -96,6 +106,16 @@ def scripted_demonstration(env: ToolEnv, task: Task, plan: Sequence[str], tokeni
         if terminated or truncated:
             break
     return Trajectory(steps).validate()
+
+
+def mistakes_mask(trajectories: Sequence[Trajectory], width: int) -> torch.Tensor:
+    """(B, width) 1 on the action tokens of steps whose info says ``imitate`` False, else 0."""
+    mask = torch.zeros((len(trajectories), width), dtype=torch.long)
+    for i, traj in enumerate(trajectories):
+        for rec, (start, end) in zip(traj.steps, traj.action_spans(), strict=True):
+            if rec.info.get("imitate") is False:
+                mask[i, start : min(end, width)] = 1
+    return mask
 
 
 class SFTConfig(BaseConfig):
@@ -177,7 +197,12 @@ def train_sft(
         batch = {k: packed[k].to(device) for k in ("input_ids", "attention_mask", "loss_mask")}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         terms = sft_loss(
-            logits, batch["input_ids"], batch["loss_mask"], batch["attention_mask"], config.context_weight
+            logits,
+            batch["input_ids"],
+            batch["loss_mask"],
+            batch["attention_mask"],
+            config.context_weight,
+            mistakes_mask(chosen, batch["input_ids"].shape[1]).to(device),
         )
         optimizer.zero_grad()
         terms.loss.backward()

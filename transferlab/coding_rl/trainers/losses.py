@@ -277,6 +277,7 @@ def sft_loss(
     loss_mask: Tensor,
     attention_mask: Tensor | None = None,
     context_weight: float = 0.0,
+    ignore_mask: Tensor | None = None,
 ) -> SFTLossTerms:
     """Next-token cross-entropy counted only where ``loss_mask`` is 1 on the *target* token.
 
@@ -286,6 +287,9 @@ def sft_loss(
     With ``context_weight`` w > 0 (and ``attention_mask``), the other real tokens (issue, observations)
     count too, each with weight w against 1 for a policy token: the weighted mean
     ``sum(nll * (m + w * (a - m))) / sum(m + w * (a - m))``. ``tokens`` still counts policy tokens.
+
+    Tokens where ``ignore_mask`` is 1 count neither way (a demonstrated mistake: the policy should
+    see it in its context, not learn to make it).
     """
     _same_shape(input_ids=input_ids, loss_mask=loss_mask)
     if context_weight < 0:
@@ -299,7 +303,10 @@ def sft_loss(
         _same_shape(input_ids=input_ids, attention_mask=attention_mask)
         real = attention_mask[:, 1:].to(nll.dtype)
         weights = weights + context_weight * real * (1 - weights)
-    return SFTLossTerms(loss=masked_mean(nll, weights), tokens=int((target_mask != 0).sum().item()))
+    if ignore_mask is not None:
+        _same_shape(input_ids=input_ids, ignore_mask=ignore_mask)
+        weights = weights * (1 - ignore_mask[:, 1:].to(nll.dtype))
+    return SFTLossTerms(loss=masked_mean(nll, weights), tokens=int((weights * target_mask != 0).sum().item()))
 
 
 # ---------------------------------------------------------------------------------------- GRPO math
