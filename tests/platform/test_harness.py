@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -102,3 +103,16 @@ def test_shared_processes_split_the_arms_one_each(tmp_path: Path) -> None:
         exp.run.release()
         with pytest.raises(RunInUseError, match="in use by pid"):  # shared holders refuse a sole owner
             RunStore(tmp_path).open_path(exp.run.dir).acquire()
+
+
+def test_an_arm_prints_one_line_when_no_live_bar_is_drawn(tmp_path: Path) -> None:
+    """In a log file (no terminal) the progress bar is not drawn, so each finished arm says so once."""
+    text = io.StringIO()
+    exp, _ = Experiment.open(
+        "tiny", TinyExperimentConfig(), tmp_path, None, Console(file=text, force_terminal=False, width=200)
+    )
+    with exp.run:
+        assert exp.arm("a", lambda: {"x": 1}) == {"x": 1}
+        assert exp.arm("a", lambda: {"x": 2}) == {"x": 1}  # saved: not computed, not printed again
+    lines = text.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("arm a done (")

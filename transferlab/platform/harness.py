@@ -114,8 +114,11 @@ class Experiment:
             done = self.result(name)  # another process may have finished it meanwhile
             if done is not None:
                 return done
+            t0 = time.perf_counter()
             result = compute()
             self.save_result(name, result)
+            if not self.console.is_terminal:  # the live bar is not drawn there: one line per arm
+                self.console.print(f"arm {name} done ({time.perf_counter() - t0:.0f} s)", highlight=False)
         finally:
             lock.release()
         return result

@@ -175,6 +175,12 @@ class AgentLearnConfig(ModelChoice):
         default_factory=lambda: RFTSettings(rounds=4, samples_per_task=4), description="The RFT arm."
     )
     eval_episodes: int = Field(default=2, ge=1, description="Held-out episodes per task (every arm).")
+    torch_threads: int = Field(
+        default=2,
+        ge=1,
+        description="torch.set_num_threads of this process (SFT, the RL and RFT updates, held-out "
+        "episodes); results are reproducible for a fixed count.",
+    )
     backend: str = Field(default="forkserver", description="Sandbox backend.")
 
     @model_validator(mode="after")
@@ -531,7 +537,7 @@ def run_agent_learn(
     config = config.model_copy(
         update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
     )
-    torch.set_num_threads(1)
+    torch.set_num_threads(config.torch_threads)
     results: Results = {}
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
         setup = Setup(exp, config, sandbox, start)
