@@ -45,15 +45,28 @@ class ExpertAgent:
         return self.plan.pop(0) if self.plan else call("submit")
 
 
-def _fix_action(task: RepoTask) -> str:
-    """edit_file when the buggy line is unique and the only difference, else write the reference."""
-    path, buggy, ref = task.meta.source_path, task.buggy_source, task.reference_source
+def _one_line_bug(task: RepoTask) -> tuple[str, str] | None:
+    """``(before, after)`` when the buggy text ``after`` is unique and the only difference, else None."""
     bug = task.meta.bug
     before, after = bug.before.strip("\n"), bug.after.strip("\n")
     single = len(task.meta.provenance.get("bugs", [bug])) <= 1
-    if single and after and buggy.count(after) == 1 and buggy.replace(after, before, 1) == ref:
-        return call("edit_file", path=path, old=after, new=before)
-    return call("write_file", path=path, content=ref)
+    buggy = task.buggy_source
+    if (
+        single
+        and after
+        and buggy.count(after) == 1
+        and buggy.replace(after, before, 1) == task.reference_source
+    ):
+        return before, after
+    return None
+
+
+def _fix_action(task: RepoTask) -> str:
+    """edit_file when the buggy line is unique and the only difference, else write the reference."""
+    path, bug = task.meta.source_path, _one_line_bug(task)
+    if bug is not None:
+        return call("edit_file", path=path, old=bug[1], new=bug[0])
+    return call("write_file", path=path, content=task.reference_source)
 
 
 def expert_plan(task: RepoTask) -> list[str]:
@@ -139,14 +152,11 @@ def minimal_edit(buggy: str, fixed: str) -> tuple[str, str]:
 
 def line_fix(task: RepoTask) -> tuple[int, str, str] | None:
     """``(line, old, new)`` of the expert's line edit, or None when the bug is not one unique line."""
-    bug = task.meta.bug
-    before, after = bug.before.strip("\n"), bug.after.strip("\n")
+    bug = _one_line_bug(task)
     lines = task.buggy_source.split("\n")
-    single = len(task.meta.provenance.get("bugs", [bug])) <= 1
-    if not (single and after and "\n" not in after and lines.count(after) == 1):
+    if bug is None or bug[1] not in lines:  # the buggy text must be a whole line
         return None
-    if task.buggy_source.replace(after, before, 1) != task.reference_source:
-        return None
+    before, after = bug
     return lines.index(after) + 1, *minimal_edit(after, before)
 
 
