@@ -201,5 +201,13 @@ def test_code_pieces_split_quotes_a_line_with_the_pieces_of_the_file() -> None:
         start = pieces_of.index("Ġreturn")
         assert pieces_of[start : start + len(line)] == line
     assert words("src/report_ops.py")[2:4] == ["report", "_ops"]
+    path = ["src", "/", "report", "_ops", ".", "py"]  # the same pieces wherever the path is written
+    for text in (
+        "Repository files:\n  src/report_ops.py\n",
+        '{"path": "src/report_ops.py"}',
+        "=== src/report_ops.py ===",
+    ):
+        found = words(text)
+        assert found[found.index("src") : found.index("src") + len(path)] == path
     text = "def f_2(a):\n    return  a_b  +  _c_d + 12345\n"
     assert pieces.decode(pieces.encode(text)) == text

@@ -22,9 +22,14 @@ from transferlab.coding_rl.tasks.toy import (
     toy_tasks,
 )
 from transferlab.coding_rl.trainers.demos import (
+    CopyConfig,
     SFTConfig,
     code_demonstration,
+    copy_batch,
+    copy_loss,
+    ordinary_token_ids,
     scripted_demonstration,
+    train_copy,
     train_sft,
 )
 from transferlab.coding_rl.trainers.rollout_worker import code_prompt_ids
@@ -205,3 +210,37 @@ def test_lr_factor_warmup_then_cosine_by_hand() -> None:
     assert lr_factor(10, cfg) == pytest.approx(0.1)
     constant = SFTConfig(steps=11, warmup_steps=4)
     assert [lr_factor(s, constant) for s in (0, 3, 4, 10)] == pytest.approx([0.25, 1.0, 1.0, 1.0])
+
+
+def test_copy_batch_repeats_ordinary_tokens_and_is_seeded(tok: Any) -> None:
+    vocab = ordinary_token_ids(tok)
+    assert not set(vocab.tolist()) & set(tok.all_special_ids)
+    ids = copy_batch(vocab, 3, 5, torch.Generator().manual_seed(1))
+    assert ids.shape == (3, 10)
+    assert torch.equal(ids[:, :5], ids[:, 5:])
+    assert set(ids.flatten().tolist()) <= set(vocab.tolist())
+    assert torch.equal(ids, copy_batch(vocab, 3, 5, torch.Generator().manual_seed(1)))
+
+
+def test_copy_loss_by_hand() -> None:
+    ids = torch.tensor([[1, 2, 1, 2]])
+    logits = torch.zeros(1, 4, 3)
+    logits[0, 1, 1] = 10.0  # position 1 predicts token 2 (ids[2] = 1): right
+    logits[0, 2, 0] = 10.0  # position 2 predicts token 3 (ids[3] = 2): wrong
+    loss, acc = copy_loss(logits, ids, 2)
+    right = -torch.log_softmax(torch.tensor([0.0, 10.0, 0.0]), 0)[1]
+    wrong = -torch.log_softmax(torch.tensor([10.0, 0.0, 0.0]), 0)[2]
+    assert loss.item() == pytest.approx(float(right + wrong) / 2, rel=1e-5)
+    assert acc == 0.5
+
+
+def test_copy_warmup_teaches_a_tiny_policy_to_copy(tok: Any) -> None:
+    model = TinyPolicyConfig(n_layer=2, d_model=64, n_head=2, max_positions=64, seed=0).create(tok)
+    logger = MemoryLogger()
+    acc = train_copy(model, tok, CopyConfig(steps=300, length=8, batch_size=16, lr=3e-3), logger)
+    assert len(acc) == 300
+    assert sum(acc[:10]) / 10 < 0.2  # random guessing at first
+    assert sum(acc[-10:]) / 10 > 0.9  # then an induction head: the second copy is predicted
+    assert logger.series("copy/accuracy").tolist() == pytest.approx(acc)
+    assert len(logger.series("copy/loss")) == 300
+    assert train_copy(model, tok, CopyConfig(steps=0)) == []

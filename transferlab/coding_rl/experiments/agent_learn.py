@@ -69,7 +69,7 @@ from transferlab.coding_rl.experiments.common import (
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
-from transferlab.coding_rl.trainers.demos import SFTConfig
+from transferlab.coding_rl.trainers.demos import CopyConfig, SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.harness import Experiment
@@ -152,6 +152,11 @@ class AgentLearnConfig(ModelChoice):
     policy: TinyPolicyConfig = Field(
         default_factory=lambda: TinyPolicyConfig(n_layer=2, d_model=128, n_head=4, max_positions=1536),
         description="The tiny policy (its seed is replaced by each run's seed).",
+    )
+    copy_warmup: CopyConfig = Field(
+        default_factory=CopyConfig,
+        description="Tiny policy: a copy warm-up before SFT (random sequences written twice), so it can "
+        "copy paths, names and line numbers from the first SFT steps (its seed is the run's).",
     )
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(steps=300, batch_size=8, lr=3e-3), description="SFT on the demos."
@@ -411,7 +416,7 @@ class Setup:
 
     def sft_policy(self, seed: int) -> Any:
         """The seed's SFT policy: trained once and saved in ``arms/sft-seed<seed>/policy``."""
-        from transferlab.coding_rl.trainers.demos import train_sft
+        from transferlab.coding_rl.trainers.demos import train_copy, train_sft
 
         directory = self.exp.arm_dir(f"sft-seed{seed}") / "policy"
         if (directory / "config.json").exists():
@@ -421,8 +426,18 @@ class Setup:
             model = self.start.fresh()
         else:
             model = cfg.policy.model_copy(update={"seed": seed}).create(self.tokenizer)
+        warmup = cfg.copy_warmup.model_copy(update={"seed": seed}) if self.start is None else None
         with self.exp.arm_logger(f"sft-seed{seed}") as logger:
-            train_sft(model, self.tokenizer, self.demos(), cfg.sft.model_copy(update={"seed": seed}), logger)
+            if warmup is not None:
+                train_copy(model, self.tokenizer, warmup, logger)
+            train_sft(
+                model,
+                self.tokenizer,
+                self.demos(),
+                cfg.sft.model_copy(update={"seed": seed}),
+                logger,
+                step_offset=warmup.steps if warmup is not None else 0,
+            )
         save_policy(model, self.tokenizer, directory)
         return model
 

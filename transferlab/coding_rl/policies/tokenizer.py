@@ -112,12 +112,17 @@ almost every word of a repository's text (``read_file``, ``test_report_ops``, ..
 induction-style copy at the wrong one."""
 
 CODE_PIECES_PATTERN: Final = (
-    r"'(?:s|t|re|ve|m|ll|d)| ?\p{L}+|_\p{L}+| ?\p{N}{1,3}|_| ?[^\s\p{L}\p{N}_]+|\s+(?!\S)|\s+"
+    r"'(?:s|t|re|ve|m|ll|d)|\p{L}+(?=/)| ?\p{L}++(?!/)|_\p{L}+| ?\p{N}{1,3}|_| ?[^\s\p{L}\p{N}_]+"
+    r"|\s+(?!\S)|\s+"
 )
 """Like :data:`WORD_PIECES_PATTERN`, but a word, number or operator also keeps the one space before it
 (GPT-2's way): ``return a * 4`` is ``return``, `` a``, `` *``, `` 4``. Every piece of a code line then
 follows the same piece wherever the line is quoted, so copying it from a file needs only the previous
-piece to match, not the bare space that precedes almost every piece of code."""
+piece to match, not the bare space that precedes almost every piece of code.
+
+A path's first directory (``src`` of ``src/pricing_helpers.py``) never takes the space: the path then
+has the same pieces in the issue's file list, in a JSON argument (after ``"``) and in a tool's reply,
+so a policy can copy it by exact match from its first piece on."""
 
 SPLITS: Final[dict[str, str]] = {
     "identifiers": PRETOKENIZE_PATTERN,
