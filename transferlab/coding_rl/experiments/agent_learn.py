@@ -9,7 +9,8 @@ same number of episodes? Per seed:
    tests, search, read the source, edit the bug, run the failing test, run all tests, submit) of
    procedurally generated training repositories
    (:func:`~transferlab.coding_rl.tasks.procedural.procedural_repo_tasks`; the held-out split never
-   shares a function or a module with them).
+   shares a function or a module with them). A tiny policy may first get a copy warm-up
+   (``copy_warmup``: :func:`~transferlab.coding_rl.trainers.demos.train_copy`).
 2. **RL** (arm ``rl``): a copy of the SFT policy trained with :func:`~transferlab.coding_rl.trainers.rl.
    train_rl` in agent mode (GRPO by default; the dense or sparse reward table of ``rl.rewards``).
    **RFT** (arm ``rft``): another copy trained with :func:`~transferlab.coding_rl.trainers.
