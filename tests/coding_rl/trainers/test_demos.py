@@ -22,14 +22,12 @@ from transferlab.coding_rl.tasks.toy import (
     toy_tasks,
 )
 from transferlab.coding_rl.trainers.demos import (
-    CopyConfig,
     SFTConfig,
     code_demonstration,
     copy_batch,
     copy_loss,
     ordinary_token_ids,
     scripted_demonstration,
-    train_copy,
     train_sft,
 )
 from transferlab.coding_rl.trainers.rollout_worker import code_prompt_ids
@@ -234,13 +232,18 @@ def test_copy_loss_by_hand() -> None:
     assert acc == 0.5
 
 
-def test_copy_warmup_teaches_a_tiny_policy_to_copy(tok: Any) -> None:
-    model = TinyPolicyConfig(n_layer=2, d_model=64, n_head=2, max_positions=64, seed=0).create(tok)
+def test_sft_with_a_copy_term_learns_the_demos_and_to_copy(tok: Any) -> None:
+    train, _ = toy_tasks()
+    demos = [code_demonstration(tok, t, toy_solution(t)) for t in train]
+    model = TinyPolicyConfig(n_layer=2, d_model=64, n_head=2, max_positions=128, seed=0).create(tok)
     logger = MemoryLogger()
-    acc = train_copy(model, tok, CopyConfig(steps=300, length=8, batch_size=16, lr=3e-3), logger)
-    assert len(acc) == 300
-    assert sum(acc[:10]) / 10 < 0.2  # random guessing at first
-    assert sum(acc[-10:]) / 10 > 0.9  # then an induction head: the second copy is predicted
-    assert logger.series("copy/accuracy").tolist() == pytest.approx(acc)
-    assert len(logger.series("copy/loss")) == 300
-    assert train_copy(model, tok, CopyConfig(steps=0)) == []
+    config = SFTConfig(steps=300, batch_size=4, lr=3e-3, copy_weight=1.0, copy_length=8, copy_batch_size=16)
+    losses = train_sft(model, tok, demos, config, logger)
+    assert logger.series("sft/loss").tolist() == pytest.approx(losses)  # the demonstrations' loss alone
+    assert losses[-1] < 0.25 * losses[0]
+    accuracy = logger.series("sft/copy_accuracy").tolist()
+    assert len(accuracy) == len(logger.series("sft/copy_loss")) == 300
+    assert sum(accuracy[:10]) / 10 < 0.2 and sum(accuracy[-10:]) / 10 > 0.9
+    plain = MemoryLogger()
+    train_sft(model, tok, demos, SFTConfig(steps=1), plain)
+    assert len(plain.series("sft/copy_loss")) == 0  # copy_weight 0: no copy term

@@ -9,8 +9,8 @@ same number of episodes? Per seed:
    tests, search, read the source, edit the bug, run the failing test, run all tests, submit) of
    procedurally generated training repositories
    (:func:`~transferlab.coding_rl.tasks.procedural.procedural_repo_tasks`; the held-out split never
-   shares a function or a module with them). A tiny policy may first get a copy warm-up
-   (``copy_warmup``: :func:`~transferlab.coding_rl.trainers.demos.train_copy`).
+   shares a function or a module with them). A tiny policy may learn to copy alongside
+   (``sft.copy_weight``: a copy term on random sequences in every SFT step).
 2. **RL** (arm ``rl``): a copy of the SFT policy trained with :func:`~transferlab.coding_rl.trainers.rl.
    train_rl` in agent mode (GRPO by default; the dense or sparse reward table of ``rl.rewards``).
    **RFT** (arm ``rft``): another copy trained with :func:`~transferlab.coding_rl.trainers.
@@ -70,7 +70,7 @@ from transferlab.coding_rl.experiments.common import (
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
-from transferlab.coding_rl.trainers.demos import CopyConfig, SFTConfig
+from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.harness import Experiment
@@ -153,11 +153,6 @@ class AgentLearnConfig(ModelChoice):
     policy: TinyPolicyConfig = Field(
         default_factory=lambda: TinyPolicyConfig(n_layer=2, d_model=128, n_head=4, max_positions=1536),
         description="The tiny policy (its seed is replaced by each run's seed).",
-    )
-    copy_warmup: CopyConfig = Field(
-        default_factory=CopyConfig,
-        description="Tiny policy: a copy warm-up before SFT (random sequences written twice), so it can "
-        "copy paths, names and line numbers from the first SFT steps (its seed is the run's).",
     )
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(steps=300, batch_size=8, lr=3e-3), description="SFT on the demos."
@@ -417,7 +412,7 @@ class Setup:
 
     def sft_policy(self, seed: int) -> Any:
         """The seed's SFT policy: trained once and saved in ``arms/sft-seed<seed>/policy``."""
-        from transferlab.coding_rl.trainers.demos import train_copy, train_sft
+        from transferlab.coding_rl.trainers.demos import train_sft
 
         directory = self.exp.arm_dir(f"sft-seed{seed}") / "policy"
         if (directory / "config.json").exists():
@@ -427,18 +422,8 @@ class Setup:
             model = self.start.fresh()
         else:
             model = cfg.policy.model_copy(update={"seed": seed}).create(self.tokenizer)
-        warmup = cfg.copy_warmup.model_copy(update={"seed": seed}) if self.start is None else None
         with self.exp.arm_logger(f"sft-seed{seed}") as logger:
-            if warmup is not None:
-                train_copy(model, self.tokenizer, warmup, logger)
-            train_sft(
-                model,
-                self.tokenizer,
-                self.demos(),
-                cfg.sft.model_copy(update={"seed": seed}),
-                logger,
-                step_offset=warmup.steps if warmup is not None else 0,
-            )
+            train_sft(model, self.tokenizer, self.demos(), cfg.sft.model_copy(update={"seed": seed}), logger)
         save_policy(model, self.tokenizer, directory)
         return model
 

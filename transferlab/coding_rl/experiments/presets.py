@@ -14,7 +14,7 @@ from transferlab.coding_rl.experiments.agent import AgentExperimentConfig
 from transferlab.coding_rl.experiments.agent_learn import AgentLearnConfig, RFTSettings
 from transferlab.coding_rl.experiments.learn import LearnConfig
 from transferlab.coding_rl.policies.model import TinyPolicyConfig
-from transferlab.coding_rl.trainers.demos import CopyConfig, SFTConfig
+from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
 
 LEARN_PRESETS: dict[str, LearnConfig] = {
@@ -73,8 +73,7 @@ AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
         recovery_every=2,
         demo_tasks=4,
         policy=TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=1024),
-        copy_warmup=CopyConfig(steps=2, length=4, batch_size=2),
-        sft=SFTConfig(steps=3, batch_size=4),
+        sft=SFTConfig(steps=3, batch_size=4, copy_weight=1.0, copy_length=4, copy_batch_size=2),
         rl=RLConfig(
             mode="agent",
             steps=2,
