@@ -247,3 +247,5 @@ def test_sft_with_a_copy_term_learns_the_demos_and_to_copy(tok: Any) -> None:
     plain = MemoryLogger()
     train_sft(model, tok, demos, SFTConfig(steps=1), plain)
     assert len(plain.series("sft/copy_loss")) == 0  # copy_weight 0: no copy term
+    with pytest.raises(ValueError, match="set copy_length <= 64"):
+        train_sft(model, tok, demos, SFTConfig(steps=1, copy_weight=1.0, copy_length=65))

@@ -235,6 +235,12 @@ def train_sft(
     losses = []
     generator = torch.Generator().manual_seed(config.seed)
     vocab = ordinary_token_ids(tokenizer) if config.copy_weight > 0 else None
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if vocab is not None and isinstance(limit, int) and 2 * config.copy_length > limit:
+        raise ValueError(
+            f"the copy term's sequences are 2 x copy_length = {2 * config.copy_length} tokens, beyond the "
+            f"model's {limit} positions: set copy_length <= {limit // 2}"
+        )
     for step in range(config.steps):
         for group in optimizer.param_groups:
             group["lr"] = config.lr * lr_factor(step, config)
