@@ -20,6 +20,7 @@ from transferlab.coding_rl.experiments.agent_learn import (
     rft_tasks_per_round,
     rl_episodes,
     seconds_per_seed,
+    undemonstrated,
 )
 from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
 from transferlab.coding_rl.trainers.rl import RLConfig
@@ -81,7 +82,9 @@ def test_result_by_hand_comparisons_layers_and_wall_time() -> None:
     assert extra["diagnosis"]["single_step"] == pytest.approx(0.5)
     assert extra["diagnosis"]["sequence"] == pytest.approx(4 / 4)
     assert seconds_per_seed(result) == [180.0, 360.0]
-    assert result.settings["tasks"] == {"train": 40, "held_out": 2}
+    assert result.settings["tasks"] == {"train": 40, "held_out": 2, "rl": 40}  # RL practises on all 40
+    practised = build_result(config, hand_results(held), "x", 40, 2, n_practice=30)
+    assert practised.settings["tasks"]["rl"] == 30
     assert result.settings["budget"]["rl_episodes"] == result.settings["budget"]["rft_episodes"]
 
 
@@ -118,6 +121,26 @@ def test_a_budget_rft_cannot_match_is_refused_naming_the_fix() -> None:
         AgentLearnConfig(
             rl=rl.model_copy(update={"max_steps": 4}), rft=rft, workflow="lines", recovery_every=3
         )
+
+
+def test_undemonstrated_tasks_share_no_module_with_the_demonstrated_ones() -> None:
+    from types import SimpleNamespace
+
+    def task(path: str) -> Any:
+        return SimpleNamespace(meta=SimpleNamespace(source_path=path))
+
+    train = [task(p) for p in ["src/a.py", "src/a.py", "src/b.py", "src/b.py", "src/c.py", "src/d.py"]]
+    # the first 3 tasks show a and b; b's second task is cut off from RL too, as it shares b's file
+    assert [t.meta.source_path for t in undemonstrated(train, 3)] == ["src/c.py", "src/d.py"]
+    assert undemonstrated(train, 6) == []
+
+
+def test_undemonstrated_rl_tasks_need_demo_tasks() -> None:
+    rl = RLConfig(mode="agent", steps=3, tasks_per_step=1, group_size=2, max_steps=7, max_context=512)
+    rft = RFTSettings(rounds=3, samples_per_task=2)
+    with pytest.raises(ConfigError, match=re.escape("set demo_tasks below the number of training tasks")):
+        AgentLearnConfig(rl=rl, rft=rft, rl_tasks="undemonstrated")
+    assert AgentLearnConfig(rl=rl, rft=rft, rl_tasks="undemonstrated", demo_tasks=4).demo_tasks == 4
 
 
 def test_rft_tasks_cycle_a_seeded_shuffle() -> None:
@@ -173,7 +196,8 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
         assert f"| {name} | {h.estimate:.3f} [{h.ci[0]:.3f}, {h.ci[1]:.3f}] | {arm.n_episodes} |" in markdown
     assert f"RL {rl['training_episodes'][0]}, RFT {rft['training_episodes'][0]}" in markdown
     sft_arm = json.loads((run_dir / "arms" / "sft-seed0" / "result.json").read_text())
-    assert sft_arm["demonstrations"] == 4 and sft_arm["recovery_demonstrations"] == 2  # recovery_every=2
+    assert sft_arm["demonstrations"] == 3 and sft_arm["recovery_demonstrations"] == 1  # recovery_every=2
+    assert result.settings["tasks"]["rl"] == 5  # the undemonstrated module's tasks
     sft_metrics = read_metrics(run_dir / "arms" / "sft-seed0" / "metrics.parquet")
     copy_steps = sorted(sft_metrics[sft_metrics.key == "sft/copy_accuracy"].step)
     assert copy_steps == sorted(sft_metrics[sft_metrics.key == "sft/loss"].step) == [0, 1, 2]  # copy_weight
@@ -213,3 +237,20 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
         )
     saved = json.loads((run_dir / "arms" / "sft-seed0" / "result.json").read_text())
     assert saved["held_out"] == direct
+
+
+@pytest.mark.slow
+def test_jobs_split_the_seeds_over_processes_and_give_one_process_s_result(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    out = _invoke("--preset", "smoke", "--seeds", "1,2", "--jobs", "2", "--runs-root", str(runs))
+    assert out.exit_code == 0, out.output
+    [shared] = (runs / "coding-agent-learn").iterdir()
+    result = read_result(shared / "result.json")
+    assert result.seeds == [1, 2] and json.loads((shared / "meta.json").read_text())["status"] == "finished"
+    alone = _invoke("--preset", "smoke", "--seeds", "2", "--runs-root", str(tmp_path / "alone"))
+    assert alone.exit_code == 0, alone.output
+    [single] = (tmp_path / "alone" / "coding-agent-learn").iterdir()
+    for arm in ("sft", "rl", "rft"):
+        a = json.loads((shared / "arms" / f"{arm}-seed2" / "result.json").read_text())
+        b = json.loads((single / "arms" / f"{arm}-seed2" / "result.json").read_text())
+        assert a["held_out"] == b["held_out"] and a["diagnosis"] == b["diagnosis"], arm

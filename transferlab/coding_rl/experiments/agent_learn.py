@@ -39,7 +39,7 @@ import functools
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -150,6 +150,12 @@ class AgentLearnConfig(ModelChoice):
     demo_tasks: int | None = Field(
         default=None, ge=1, description="Training tasks with an expert demonstration; None = every one."
     )
+    rl_tasks: Literal["all", "undemonstrated"] = Field(
+        default="all",
+        description="The tasks RL and RFT train on: 'all' training tasks, or 'undemonstrated' ones (the "
+        "training modules none of the first demo_tasks tasks is in), so both practise on functions SFT "
+        "never showed, as the held-out tasks are, and not on ones it solves nearly always.",
+    )
     policy: TinyPolicyConfig = Field(
         default_factory=lambda: TinyPolicyConfig(n_layer=2, d_model=128, n_head=4, max_positions=1536),
         description="The tiny policy (its seed is replaced by each run's seed).",
@@ -200,6 +206,11 @@ class AgentLearnConfig(ModelChoice):
                 f"recovery_every needs workflow 'lines' (its demonstrations are line edits), got "
                 f"{self.workflow!r}: set workflow='lines' or recovery_every=0"
             )
+        if self.rl_tasks == "undemonstrated" and self.demo_tasks is None:
+            raise ValueError(
+                "rl_tasks 'undemonstrated' needs demo_tasks (the tasks with a demonstration; the rest "
+                "are RL's): set demo_tasks below the number of training tasks, or rl_tasks='all'"
+            )
         need = EXPERT_STEPS[self.workflow] + (1 if self.recovery_every else 0)
         if self.rl.max_steps < need:
             raise ValueError(
@@ -229,6 +240,12 @@ def rft_tasks(train: Sequence[RepoTask], n: int, seed: int) -> list[RepoTask]:
     order = list(train)
     random.Random(f"rft:{seed}").shuffle(order)
     return [order[i % len(order)] for i in range(n)]
+
+
+def undemonstrated(train: Sequence[RepoTask], n_demo: int) -> list[RepoTask]:
+    """The training tasks in no module of the first ``n_demo`` (those with demonstrations)."""
+    shown = {t.meta.source_path for t in train[:n_demo]}
+    return [t for t in train[n_demo:] if t.meta.source_path not in shown]
 
 
 def recovery_demo(task: RepoTask, decoys: Sequence[RepoTask], rng: random.Random) -> list[str] | None:
@@ -344,6 +361,16 @@ class Setup:
                 f"n_functions={config.n_functions} gave {len(self.train)} training and {len(self.held)} "
                 "held-out tasks; raise n_functions"
             )
+        self.practice = list(self.train)
+        """The tasks RL and RFT train on (``rl_tasks``)."""
+        if config.rl_tasks == "undemonstrated":
+            assert config.demo_tasks is not None  # the config's check
+            self.practice = undemonstrated(self.train, config.demo_tasks)
+            if not self.practice:
+                raise ValueError(
+                    f"demo_tasks={config.demo_tasks} leaves no undemonstrated training module for RL "
+                    f"(of {len(self.train)} training tasks): lower demo_tasks"
+                )
         if start is not None:
             self.tokenizer = start.tokenizer
         else:  # trained on the training split's texts only
@@ -451,7 +478,7 @@ class Setup:
             result = train_rl(
                 copy.deepcopy(sft_model),
                 self.tokenizer,
-                self.train,
+                self.practice,
                 rl,
                 self.exp.arm_dir(arm),
                 logger,
@@ -474,7 +501,7 @@ class Setup:
         cfg, rl, rft = self.config, self.config.rl, self.config.rft
         t0 = time.perf_counter()
         model = copy.deepcopy(sft_model)
-        tasks = rft_tasks(self.train, rft_tasks_per_round(cfg), seed)
+        tasks = rft_tasks(self.practice, rft_tasks_per_round(cfg), seed)
         ei = ExpertIterationConfig(
             rounds=rft.rounds,
             samples_per_task=rft.samples_per_task,
@@ -526,12 +553,20 @@ def run_agent_learn(
     report_dir: Path | None = None,
     resume: Path | None = None,
     console: Console | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Per seed: SFT, then RL and RFT from it, all scored on the held-out tasks; result, summary,
-    report. A resumed run keeps its finished arms (the RL arm resumes from its checkpoint)."""
+    report. A resumed run keeps its finished arms (the RL arm resumes from its checkpoint).
+
+    ``jobs > 1`` runs the seeds in that many processes at once (each with ``torch_threads``
+    threads), sharing the run: a seed's arms depend only on the config and the seed, so the result is
+    the one a single process would write.
+    """
     from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
 
-    exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console)
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console, shared=jobs > 1)
     command = experiment_command(
         "agent-learn", config, AGENT_LEARN_PRESETS, exp.run.dir, runs_root, report_dir
     )
@@ -541,22 +576,15 @@ def run_agent_learn(
     torch.set_num_threads(config.torch_threads)
     results: Results = {}
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
-        setup = Setup(exp, config, sandbox, start)
         bar = exp.progress.add_task("agent-learn", total=len(config.seeds) * len(ARMS))
+        if jobs > 1:
+            _seeds_in_processes(exp, config, runs_root, jobs, bar)
+        setup = Setup(exp, config, sandbox, start)
         for seed in config.seeds:
-            exp.progress.update(bar, description=f"SFT seed {seed}")
-            results[f"sft-seed{seed}"] = exp.arm(f"sft-seed{seed}", functools.partial(setup.sft_arm, seed))
-            exp.progress.advance(bar)
-            sft = setup.sft_policy(seed)
-            exp.progress.update(bar, description=f"RL seed {seed}")
-            results[f"rl-seed{seed}"] = exp.arm(f"rl-seed{seed}", functools.partial(setup.rl_arm, seed, sft))
-            exp.progress.advance(bar)
-            exp.progress.update(bar, description=f"RFT seed {seed}")
-            results[f"rft-seed{seed}"] = exp.arm(
-                f"rft-seed{seed}", functools.partial(setup.rft_arm, seed, sft)
-            )
-            exp.progress.advance(bar)
-        result = build_result(config, results, command, len(setup.train), len(setup.held))
+            results.update(_seed_arms(exp, setup, seed, bar))
+        result = build_result(
+            config, results, command, len(setup.train), len(setup.held), len(setup.practice)
+        )
         summary = summarise(result, exp.elapsed_s())
         summary["run_dir"] = str(exp.run.dir)
         summary["model"] = model_record(config.policy, start)
@@ -566,8 +594,83 @@ def run_agent_learn(
     return summary
 
 
+def _seed_arms(exp: Experiment, setup: Setup, seed: int, bar: Any | None) -> Results:
+    """The seed's SFT, RL and RFT arms (each computed unless saved), advancing ``bar``."""
+    out: Results = {}
+    computes: dict[str, Callable[[], dict[str, Any]]] = {
+        "sft": functools.partial(setup.sft_arm, seed),
+        "rl": lambda: setup.rl_arm(seed, setup.sft_policy(seed)),
+        "rft": lambda: setup.rft_arm(seed, setup.sft_policy(seed)),
+    }
+    for arm, compute in computes.items():
+        if bar is not None:
+            exp.progress.update(bar, description=f"{arm.upper()} seed {seed}")
+        out[f"{arm}-seed{seed}"] = exp.arm(f"{arm}-seed{seed}", compute)
+        if bar is not None:
+            exp.progress.advance(bar)
+    return out
+
+
+def _seed_job(config: AgentLearnConfig, run_dir: str, runs_root: str, seeds: list[int]) -> None:
+    """One process of ``jobs``: computes ``seeds``' arms of the shared run at ``run_dir``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    quiet = Console(quiet=True)
+    exp, config, start = open_experiment(EXPERIMENT, config, Path(runs_root), Path(run_dir), quiet, True)
+    try:
+        config = config.model_copy(update={"rl": fit_context(config.rl, start, lambda _: None)})
+        torch.set_num_threads(config.torch_threads)
+        with opened_sandbox(config.backend) as sandbox:
+            setup = Setup(exp, config, sandbox, start)
+            for seed in seeds:
+                _seed_arms(exp, setup, seed, None)
+    finally:
+        exp.run.release()
+
+
+def _seeds_in_processes(
+    exp: Experiment, config: AgentLearnConfig, runs_root: Path, jobs: int, bar: Any
+) -> None:
+    """Split the seeds over ``jobs`` spawned processes (seed i goes to process i mod jobs) and wait,
+    showing the finished arms on ``bar``; a failed process is a RuntimeError naming its seeds."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    groups = [config.seeds[i::jobs] for i in range(min(jobs, len(config.seeds)))]
+    procs = [
+        ctx.Process(target=_seed_job, args=(config, str(exp.run.dir), str(runs_root), seeds))
+        for seeds in groups
+    ]
+    for proc in procs:
+        proc.start()
+    names = [f"{arm}-seed{seed}" for seed in config.seeds for arm in ARMS]
+    try:
+        while any(p.is_alive() for p in procs):
+            done = sum(exp.result(n) is not None for n in names)
+            exp.progress.update(bar, completed=done, description=f"{len(procs)} processes")
+            time.sleep(2.0)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+    failed = [seeds for proc, seeds in zip(procs, groups, strict=True) if proc.exitcode != 0]
+    if failed:
+        raise RuntimeError(
+            f"the process for seed(s) {failed} failed (its error is printed above); fix it and finish the "
+            f"run with --resume {exp.run.dir}"
+        )
+    exp.progress.update(bar, completed=0)
+
+
 def build_result(
-    config: AgentLearnConfig, results: Results, command: str, n_train: int, n_held: int
+    config: AgentLearnConfig,
+    results: Results,
+    command: str,
+    n_train: int,
+    n_held: int,
+    n_practice: int | None = None,
 ) -> Result:
     """Each arm's held-out success, diagnosis, training episodes and seconds per seed; the comparisons
     ``rl - sft``, ``rl - rft``, ``rft - sft`` clustered by seed and by (seed, task)."""
@@ -596,7 +699,11 @@ def build_result(
         *compare("rft - sft", data["sft"], data["rft"], clusters),
     ]
     settings = config.model_dump(mode="json")
-    settings["tasks"] = {"train": n_train, "held_out": n_held}
+    settings["tasks"] = {
+        "train": n_train,
+        "held_out": n_held,
+        "rl": n_train if n_practice is None else n_practice,
+    }
     settings["budget"] = {
         "rl_episodes": rl_episodes(config),
         "rft_episodes": config.rft.rounds * config.rft.samples_per_task * rft_tasks_per_round(config),
@@ -732,6 +839,9 @@ def _settings(
             f"demonstrations for {config.demo_tasks if config.demo_tasks is not None else 'every'} training "
             f"task(s), plus {config.demo_variants} renamed cop{'y' if config.demo_variants == 1 else 'ies'} "
             "of each",
+            f"RL and RFT practise on {tasks.get('rl', tasks['train'])} tasks ("
+            + ("every training task" if config.rl_tasks == "all" else "the undemonstrated training modules")
+            + ")",
             f"{policy_line(config.policy, start)}; SFT {config.sft.steps} steps x {config.sft.batch_size}",
             f"RL: {rl.algo.upper()}, {rl.rewards} rewards, {rl.steps} steps x {rl.tasks_per_step} tasks x "
             f"G={rl.group_size}, lr {rl.lr}; rollouts on {rl.rollout_backend} workers x {rl.rollout_workers}",

@@ -250,6 +250,15 @@ def agent_learn(
     resume: ResumeOption = None,
     rollout_backend: BackendOption = None,
     model: ModelOption = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            min=1,
+            help="Seeds run in this many processes at once (each with the config's torch_threads); "
+            "the result is the same as with 1.",
+        ),
+    ] = 1,
 ) -> None:
     """SFT vs SFT + RL vs rejection-sampling fine-tuning (same episodes) on held-out CodeRepair-v0 tasks."""
     from transferlab.coding_rl.experiments.agent_learn import AgentLearnConfig, run_agent_learn
@@ -265,6 +274,6 @@ def agent_learn(
         rollout_backend=rollout_backend.value if rollout_backend else None,
         model_path=model,
     )
-    summary = _run_owned(lambda: run_agent_learn(cfg, runs_root, report_dir, resume), resume)
+    summary = _run_owned(lambda: run_agent_learn(cfg, runs_root, report_dir, resume, jobs=jobs), resume)
     for line in summary["verdicts"].values():
         typer.echo(line)
