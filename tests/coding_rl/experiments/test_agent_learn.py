@@ -230,7 +230,7 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
             held_tasks,
             sandbox,
             episodes_per_task=smoke.eval_episodes,
-            temperature=smoke.rl.temperature,
+            temperature=smoke.eval_temperature or smoke.rl.temperature,
             max_new_tokens=smoke.rl.max_new_tokens,
             max_context=smoke.rl.max_context,
             max_steps=smoke.rl.max_steps,

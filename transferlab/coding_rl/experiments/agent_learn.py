@@ -182,6 +182,12 @@ class AgentLearnConfig(ModelChoice):
         default_factory=lambda: RFTSettings(rounds=4, samples_per_task=4), description="The RFT arm."
     )
     eval_episodes: int = Field(default=2, ge=1, description="Held-out episodes per task (every arm).")
+    eval_temperature: float | None = Field(
+        default=None,
+        gt=0,
+        description="Sampling temperature of the held-out episodes (every arm); None = rl.temperature. "
+        "RL and RFT both sample their training episodes at rl.temperature.",
+    )
     torch_threads: int = Field(
         default=2,
         ge=1,
@@ -423,7 +429,9 @@ class Setup:
         flat = [t for t in self.held for _ in range(self.config.eval_episodes)]
         envs = [CodeRepairEnv(list(self.held), max_steps=rl.max_steps, sandbox=self.sandbox) for _ in flat]
         sampling = SamplingConfig(
-            temperature=rl.temperature, max_new_tokens=rl.max_new_tokens, seed=EVAL_SEED
+            temperature=self.config.eval_temperature or rl.temperature,
+            max_new_tokens=rl.max_new_tokens,
+            seed=EVAL_SEED,
         )
         return policy_episodes(model, self.tokenizer, envs, flat, sampling, rl.max_context)
 
@@ -849,7 +857,8 @@ def _settings(
             f"{config.rft.sft.steps} steps x {config.rft.sft.batch_size} per round (lr {config.rft.sft.lr}), "
             f"demonstrations {'kept in' if config.rft.keep_demos else 'left out of'} the data",
             f"episodes: up to {rl.max_steps} tool calls, {rl.max_new_tokens} tokens per call, context "
-            f"{rl.max_context} tokens, temperature {rl.temperature}",
+            f"{rl.max_context} tokens, temperature {rl.temperature} in training (RL and RFT) and "
+            f"{config.eval_temperature or rl.temperature} on the held-out tasks",
             f"seeds: {', '.join(map(str, config.seeds))}; held-out: {config.eval_episodes} episodes per task",
             f"wall time per seed: {', '.join(f'{s / 60:.1f}' for s in seconds_per_seed(result))} min on this "
             "machine",

@@ -128,6 +128,7 @@ AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
         ),
         rft=RFTSettings(rounds=1, samples_per_task=2, sft=SFTConfig(steps=2, batch_size=4)),
         eval_episodes=1,
+        eval_temperature=0.5,
         torch_threads=1,
     ),
 }
