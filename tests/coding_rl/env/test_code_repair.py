@@ -211,8 +211,10 @@ def test_read_file_numbers_lines_and_edit_file_can_address_one_line(env: CodeRep
             call("edit_file", path=path, line=str(len(lines) + 1), old="<", new=">"),
             f"has lines 1-{len(lines)}",
         ),
-        (call("edit_file", path=path, line="1", old="zzz", new="y"), "does not occur in line 1"),
-        (call("edit_file", path=path, line=str(k), old="", new="y"), f"does not occur in line {k}"),
+        # a piece that is not there: the error shows the line as read_file numbers it, to quote from
+        (call("edit_file", path=path, line="1", old="zzz", new="y"), f"does not occur in line 1 of {path}"),
+        (call("edit_file", path=path, line="1", old="zzz", new="y"), f"of it:\n1| {lines[0]}"),
+        (call("edit_file", path=path, line=str(k), old="", new="y"), f"\n{k}| {lines[k - 1]}"),
     ]:
         obs, _, _, _, info = env.step(bad)
         assert needle in obs and info["components"] == {"tool_error": -1.0}, (bad, obs)

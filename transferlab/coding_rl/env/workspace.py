@@ -81,7 +81,10 @@ def _edit_line(text: str, rel: str, line: str, old: str, new: str) -> str:
     count = lines[n - 1].count(old) if old else 0
     if count != 1:
         where = "does not occur" if count == 0 else f"occurs {count} times"
-        raise ToolError(f"edit_file: the old text {where} in line {n} of {rel}; quote exactly one occurrence")
+        raise ToolError(
+            f"edit_file: the old text {where} in line {n} of {rel}; quote exactly one occurrence of a "
+            f"piece of it:\n{n}| {lines[n - 1]}"
+        )
     lines[n - 1] = lines[n - 1].replace(old, new, 1)
     return "\n".join(lines)
 
