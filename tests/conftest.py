@@ -27,3 +27,14 @@ def _shared_file(relative: str) -> Path:
 def shared_data() -> Callable[[str], Path]:
     """``shared_data("cdnow/CDNOW_sample.txt")``: a file of ../shared/data, skipping when it is absent."""
     return _shared_file
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Scenario worlds built by the tests go to a cache of this test session, not the user's
+    (``TRANSFERLAB_SCENARIO_CACHE`` set by the caller wins)."""
+    import tempfile
+
+    from transferlab.simulator.ops.scenarios import CACHE_ENV
+
+    if not os.environ.get(CACHE_ENV):
+        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="transferlab-test-scenarios-")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -169,14 +170,37 @@ def test_random_agent_runs_and_scores_low() -> None:
     assert max(scores) <= 6.0
 
 
-def test_scenarios_are_deterministic_given_the_seed() -> None:
+def test_scenarios_are_deterministic_given_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     from transferlab.simulator.ops import scenarios
 
+    monkeypatch.setenv(scenarios.CACHE_ENV, "off")  # build twice, never load
+    scenarios._cached.cache_clear()
     first = scenario(1)
     scenarios._cached.cache_clear()
     again = scenario(1)
     assert first.task == again.task
     assert first.events.equals(again.events) and first.market.equals(again.market)
+
+
+def test_a_built_scenario_is_loaded_from_the_disk_cache_not_built_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transferlab.simulator.ops import scenarios
+
+    monkeypatch.setenv(scenarios.CACHE_ENV, str(tmp_path))
+    scenarios._cached.cache_clear()
+    built = scenario(2)
+    [cached] = list(tmp_path.glob("*/2.pkl"))
+    scenarios._cached.cache_clear()
+    monkeypatch.setattr(scenarios, "_build", lambda *a: pytest.fail("built again despite the cache"))
+    loaded = scenario(2)
+    assert loaded.task == built.task and loaded.events.equals(built.events)
+    cached.write_bytes(b"not a pickle")  # a damaged file is ignored and the scenario built again
+    scenarios._cached.cache_clear()
+    monkeypatch.undo()
+    monkeypatch.setenv(scenarios.CACHE_ENV, str(tmp_path))
+    assert scenario(2).task == built.task and cached.read_bytes() != b"not a pickle"
+    scenarios._cached.cache_clear()
 
 
 def test_train_and_held_out_are_disjoint() -> None:

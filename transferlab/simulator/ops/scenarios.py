@@ -38,8 +38,13 @@ given the scenario seed, cached per seed, and takes one to a few seconds (a retr
 from __future__ import annotations
 
 import functools
+import hashlib
+import logging
 import math
+import os
+import pickle
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,6 +52,7 @@ import pandas as pd
 from pydantic import Field
 
 from transferlab.platform.config import BaseConfig
+from transferlab.platform.io import atomic_write_bytes
 from transferlab.simulator.market import CATEGORIES, CampaignAction
 from transferlab.simulator.world import COST_RATIO, MarketWorld
 from transferlab.simulator.world_config import WorldConfig
@@ -221,14 +227,71 @@ def task_ids(split: str, n: int, start: int = 0) -> list[str]:
 
 
 def scenario(seed: int, config: ScenarioConfig | None = None) -> Scenario:
-    """The scenario of ``seed`` (cached per seed and config)."""
+    """The scenario of ``seed`` (cached per seed and config: in memory, and on disk in
+    :func:`cache_dir` so that other processes and later runs load it instead of running the world)."""
     cfg = config or ScenarioConfig()
     return _cached(seed, cfg.model_dump_json())
 
 
+CACHE_ENV = "TRANSFERLAB_SCENARIO_CACHE"
+"""Environment variable naming the on-disk scenario cache; ``off`` keeps scenarios in memory only."""
+_log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path | None:
+    """Where built scenarios are kept: ``$TRANSFERLAB_SCENARIO_CACHE``, else
+    ``$XDG_CACHE_HOME/transferlab/ops-scenarios`` (``~/.cache/...``); None when the variable is
+    ``off``. A scenario takes seconds to build (a 540-day world) and milliseconds to load."""
+    value = os.environ.get(CACHE_ENV, "").strip()
+    if value.lower() == "off":
+        return None
+    if value:
+        return Path(value)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "transferlab" / "ops-scenarios"
+
+
+@functools.cache
+def _code_digest() -> str:
+    """A digest of the simulator's sources: any change to the world or the scenarios makes new keys,
+    so a cache never serves a scenario the current code would not build."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _cache_path(seed: int, config_json: str) -> Path | None:
+    directory = cache_dir()
+    if directory is None:
+        return None
+    key = hashlib.sha256(f"{_code_digest()}|{config_json}".encode()).hexdigest()[:16]
+    return directory / key / f"{seed}.pkl"
+
+
 @functools.lru_cache(maxsize=256)
 def _cached(seed: int, config_json: str) -> Scenario:
-    cfg = ScenarioConfig.model_validate_json(config_json)
+    path = _cache_path(seed, config_json)
+    if path is not None and path.exists():
+        try:
+            loaded = pickle.loads(path.read_bytes())
+            if isinstance(loaded, Scenario) and loaded.task.seed == seed:
+                return loaded
+        except Exception as exc:  # a truncated or foreign file: build the scenario again
+            _log.warning("ignoring unreadable cached scenario %s (%s); building it again", path, exc)
+    built = _build(seed, ScenarioConfig.model_validate_json(config_json))
+    if path is not None:
+        try:
+            atomic_write_bytes(path, pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError as exc:  # a read-only or full disk costs speed, never the result
+            _log.warning("could not cache scenario %d in %s: %s", seed, path.parent, exc)
+    return built
+
+
+def _build(seed: int, cfg: ScenarioConfig) -> Scenario:
+    """Run the scenario's world until it is clean (or the attempts run out)."""
     family = family_of(seed)
     rng = np.random.default_rng([seed, 8])
     order = rng.permutation(len(CATEGORIES))
