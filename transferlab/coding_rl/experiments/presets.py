@@ -4,9 +4,8 @@
 * ``smoke`` — the same pipelines in a minute or two, for tests and a first look; its numbers mean
   nothing.
 
-The ``cpu`` preset of agent-learn (:data:`AGENT_LEARN_PRESETS`) is the recipe probed in seeds 0-2
-(its comment says what each setting fixed), not yet run as one 3-seed experiment: one thread per
-process, meant for ``--jobs 2`` on 2 cores.
+The ``cpu`` preset of agent-learn (:data:`AGENT_LEARN_PRESETS`) made docs/results/coding_agent_learn
+(its comment says what each setting fixed): one thread per process, meant for ``--jobs 2`` on 2 cores.
 """
 
 from __future__ import annotations
@@ -63,16 +62,17 @@ AGENT_PRESETS: dict[str, AgentExperimentConfig] = {
 }
 
 AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
-    # cpu: the recipe probed so far (issue 17; not yet run on 3 seeds, so docs/results has no
-    # coding_agent_learn yet). 524 training / 120 held-out repositories; SFT on the line-edit
+    # cpu: what made docs/results/coding_agent_learn (3 seeds, 53 min per seed alone on one core).
+    # 524 training / 120 held-out repositories; SFT on the line-edit
     # demonstrations of the first 350 training tasks and 5 renamed copies of each, with the copy
     # term (a 3-layer policy does not learn to copy a path from the issue in time without it); RL and
     # RFT practise on the 171 tasks of the modules SFT never showed. RL: sparse rewards (the dense
     # table taught 3/3 seeds to submit at once: a failed attempt's tool errors and test failures cost
     # more than giving up), sampled at T=1.0 in groups of 8 (at T=0.7 nearly every group was flat),
     # lr 1e-4 with KL 0.05 and per-episode loss averaging (lr 5e-4 without them raised the entropy
-    # from 0.11 to 0.45 and halved held-out success); held-out episodes at T=0.7. One thread per
-    # process: run it with --jobs 2 on 2 cores.
+    # from 0.11 to 0.45 and halved held-out success); held-out episodes at T=0.7. SFT 1000 steps and
+    # 32 RL steps (1024 episodes, as many as RFT's 4 x 4 x 64) keep a seed under 60 minutes. One
+    # thread per process: run it with --jobs 2 on 2 cores.
     "cpu": AgentLearnConfig(
         n_functions=323,
         held_out_fraction=0.2,
@@ -84,7 +84,7 @@ AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
         split="code_pieces",
         policy=TinyPolicyConfig(n_layer=3, d_model=128, n_head=4, max_positions=1536),
         sft=SFTConfig(
-            steps=1500,
+            steps=1000,
             batch_size=8,
             lr=3e-3,
             schedule="cosine",
@@ -94,7 +94,7 @@ AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
         ),
         rl=RLConfig(
             mode="agent",
-            steps=40,
+            steps=32,
             tasks_per_step=4,
             group_size=8,
             lr=1e-4,
