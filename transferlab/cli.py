@@ -12,6 +12,7 @@ Commands::
     transferlab sandbox humaneval [--limit N] [--backend B] [--workers N]
     transferlab coding tasks build [--out DIR] [--seed N] [--per-operator N] [--held-out-fraction F]
     transferlab coding tasks validate PATH [--json] [--workers N]
+    transferlab ops experiment learn|transfer [--preset P] [--report-dir DIR] ...   # see comparison.cli
 
 Module import stays light (typer and the stdlib; the sandbox sub-app's module is light too):
 pydantic, pandas, rich and the domain code are imported inside the command functions, so
@@ -33,6 +34,7 @@ import transferlab
 from transferlab.coding_rl.cli import app as coding_app
 from transferlab.coding_rl.sandbox.cli import Backend
 from transferlab.coding_rl.sandbox.cli import app as sandbox_app
+from transferlab.comparison.cli import app as ops_app
 from transferlab.human_review.cli import app as review_app
 from transferlab.offline.cli import app as offline_app
 from transferlab.platform.cli_kit import EXIT_FAILED, EXIT_UNAVAILABLE, echo_progress, fail
@@ -63,6 +65,7 @@ app.add_typer(coding_app, name="coding")
 app.add_typer(sim_app, name="sim")
 app.add_typer(offline_app, name="offline")
 app.add_typer(review_app, name="review")
+app.add_typer(ops_app, name="ops")
 
 RunsRootOption = Annotated[
     Path, typer.Option("--runs-root", help="Root directory of the run store (<root>/<experiment>/<run-id>/).")
@@ -138,6 +141,13 @@ def compare(
             "(default: docs/results/transfer/summary.json).",
         ),
     ] = None,
+    ops_learn_result: Annotated[
+        Path | None,
+        typer.Option(
+            "--ops-learn-result",
+            help="The ops-learn experiment's result.json (default: docs/results/ops_learn/result.json).",
+        ),
+    ] = None,
     human_agreement: Annotated[
         Path | None,
         typer.Option(
@@ -160,12 +170,17 @@ def compare(
 
     if preset not in PRESETS:
         fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    for option, path in (("--ops-result", ops_result), ("--human-agreement", human_agreement)):
+    for option, path in (
+        ("--ops-result", ops_result),
+        ("--ops-learn-result", ops_learn_result),
+        ("--human-agreement", human_agreement),
+    ):
         if path is not None and not path.is_file():
             fail(f"{option} {path} does not exist; give an existing JSON file")
     config = PRESETS[preset].model_copy(
         update={
             "ops_result": str(ops_result) if ops_result else None,
+            "ops_learn_result": str(ops_learn_result) if ops_learn_result else None,
             "human_agreement": str(human_agreement) if human_agreement else None,
         }
     )

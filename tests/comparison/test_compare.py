@@ -46,6 +46,43 @@ def transfer_summary() -> dict[str, object]:
     }
 
 
+def ops_learn_result(path: Path) -> None:
+    """A hand-made ops-learn result: SFT 0/4 and 1/4 per seed, RL 4/4 and 3/4; RL takes 1800 s a seed."""
+    from transferlab.comparison.ops_learn import OpsLearnConfig, build_result
+    from transferlab.platform.results import write_result
+
+    rows: dict[str, dict[str, object]] = {}
+    for arm, per_seed in {
+        "sft": [[0.0] * 4, [0.0, 0.0, 0.0, 1.0]],
+        "rl": [[1.0] * 4, [1.0, 1.0, 1.0, 0.0]],
+    }.items():
+        for s, values in enumerate(per_seed):
+            rows[f"{arm}-seed{s}"] = {
+                "held_out": values,
+                "rubric": values,
+                "habits": {"query_before_concluding": 1.0},
+                "diagnosis": dict.fromkeys(
+                    (
+                        "episodes",
+                        "actions",
+                        "actions_ok",
+                        "reported",
+                        "cause_named",
+                        "false_blame",
+                        "evidence_half",
+                    ),
+                    4,
+                ),
+                "seconds": 1800.0,
+                "training_episodes": 8,
+                "train_success": [0.5],
+                "curve": [{"step": 1, "episodes": 8, "success": 0.5, "rubric": 4.0}],
+            }
+    write_result(
+        path, build_result(OpsLearnConfig(seeds=[0, 1]), rows, "transferlab ops experiment learn", 9, 4)
+    )
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
     out = tmp_path_factory.mktemp("compare") / "run"
@@ -53,6 +90,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
     summary.write_text(json.dumps(transfer_summary()))
     humans = out.parent / "agreement.json"
     humans.write_text(json.dumps({"spearman": 0.75, "mean_abs_diff": 1.5, "n": 8}))
+    ops_learn_result(out.parent / "ops_learn")
     t0 = time.perf_counter()
     result = runner.invoke(
         app,
@@ -64,6 +102,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
             str(out),
             "--ops-result",
             str(summary),
+            "--ops-learn-result",
+            str(out.parent / "ops_learn" / "result.json"),
             "--human-agreement",
             str(humans),
         ],
@@ -98,13 +138,21 @@ def test_result_json_has_every_cell_with_how_it_was_measured(run: tuple[Path, st
     assert table["determinism"]["market"]["value"] > 0
     assert table["reward_delay"]["market"]["unit"] == "days"
     assert table["parallel"]["market"]["value"] == pytest.approx(1 / 86400)
-    assert table["tool_use"]["coding"]["value"] == pytest.approx(13.9, abs=0.05)  # committed coding_learn
+    # multi-turn in both domains; single-step code RL in its own row
+    assert table["tool_use"]["coding"]["value"] == pytest.approx(
+        5.1, abs=0.05
+    )  # committed coding_agent_learn
+    assert table["single_step_rl"]["coding"]["value"] == pytest.approx(
+        13.9, abs=0.05
+    )  # committed coding_learn
+    assert table["single_step_rl"]["ops_analysis"]["value"] is None
     assert data["questions"]["coding"]["trustworthy"]["value"] == 1.0
     assert data["questions"]["ops_analysis"]["trustworthy"]["value"] < 8.0
-    # the ops RL numbers come from the transfer summary's scratch arm
-    assert table["tool_use"]["ops_analysis"]["value"] == pytest.approx(10.0)
-    assert data["questions"]["ops_analysis"]["worth_cost"]["value"] == pytest.approx(20.0)
-    assert data["diagnosis"]["ops_analysis"]["basic"]["value"] == pytest.approx(0.3)
+    # the ops RL numbers come from the ops-learn result (RL 7/8 - SFT 1/8 = 75 points over 0.5 CPU-h),
+    # the non-flat groups from the transfer summary's scratch arm
+    assert table["tool_use"]["ops_analysis"]["value"] == pytest.approx(75.0)
+    assert data["questions"]["ops_analysis"]["worth_cost"]["value"] == pytest.approx(150.0)
+    assert data["diagnosis"]["ops_analysis"]["basic"]["value"] == pytest.approx(1 / 8)
     assert data["questions"]["ops_analysis"]["explore"]["value"] == pytest.approx(0.7)
     assert [row["arm"] for row in data["transfer"]] == ["transfer", "scratch"]
     objectivity = table["objectivity"]["ops_analysis"]
@@ -125,7 +173,8 @@ def test_report_is_written(run: tuple[Path, str, float]) -> None:
 def test_ops_learning_without_a_transfer_summary_is_not_measured(tmp_path: Path) -> None:
     from transferlab.comparison.compare import CompareConfig, _ops_learned
 
-    learned = _ops_learned(CompareConfig(ops_result=str(tmp_path / "absent.json")))
+    absent = str(tmp_path / "absent.json")
+    learned = _ops_learned(CompareConfig(ops_result=absent, ops_learn_result=absent))
     assert not learned["gain"].measured and "transfer" in learned["gain"].how
 
 
@@ -134,7 +183,7 @@ def test_a_file_that_is_not_a_transfer_summary_is_refused(tmp_path: Path) -> Non
 
     (tmp_path / "x.json").write_text(json.dumps({"gain": 3}))
     with pytest.raises(ValueError, match="not a transfer summary"):
-        _ops_learned(CompareConfig(ops_result=str(tmp_path / "x.json")))
+        _ops_learned(CompareConfig(ops_result=str(tmp_path / "x.json"), ops_learn_result=str(tmp_path / "y")))
 
 
 def test_a_missing_json_option_is_refused(tmp_path: Path) -> None:

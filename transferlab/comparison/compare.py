@@ -89,6 +89,12 @@ class CompareConfig(BaseConfig):
         description="The transfer experiment's summary.json (ops SFT + GRPO); default: "
         "<results_dir>/transfer/summary.json.",
     )
+    ops_learn_result: str | None = Field(
+        default=None,
+        description="The ops-learn experiment's result.json (multi-turn SFT vs SFT + GRPO on ops; it "
+        "supplies the ops RL gain, its cost and SFT success when present); default: "
+        "<results_dir>/ops_learn/result.json.",
+    )
 
 
 PRESETS: dict[str, CompareConfig] = {
@@ -177,6 +183,49 @@ def _ops_summary(config: CompareConfig) -> tuple[dict[str, Any], str]:
 
 
 def _ops_learned(config: CompareConfig) -> dict[str, Measure]:
+    """RL gain, its cost, SFT success and GRPO's non-flat groups on ops: from the ops-learn result when
+    there is one (the multi-turn recipe, like coding's agent-learn), else from the transfer experiment's
+    summary (its scratch arm); the non-flat groups always from the transfer summary."""
+    learned = _from_transfer(config)
+    learned.update(_from_ops_learn(config))
+    return learned
+
+
+def _from_ops_learn(config: CompareConfig) -> dict[str, Measure]:
+    """Gain, worth and SFT success from the ops-learn result.json, or {} when there is none."""
+    from transferlab.platform.results import read_result
+
+    path = Path(config.ops_learn_result or Path(config.results_dir, "ops_learn", "result.json"))
+    if not path.is_file():
+        return {}
+    result = read_result(path)
+    c = next(c for c in result.comparisons if c.name == "rl - sft" and c.cluster == "seed")
+    gain = Measure(
+        100 * c.estimate,
+        "pts",
+        f"multi-turn agent RL on OpsAnalysis-v0: SFT + GRPO - SFT held-out success, {c.n_clusters} seeds "
+        f"(95% CI [{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}] pts, MDE {100 * c.mde:.1f} pts; {path})",
+        {"low": 100 * c.ci[0], "high": 100 * c.ci[1]},
+    )
+    seconds = (result.arms["rl"].model_extra or {}).get("seconds_per_seed", [])
+    cpu_h = sum(seconds) / len(seconds) / 3600 if seconds else float("nan")
+    worth = Measure(
+        per_cost(100 * c.estimate, cpu_h),
+        "pts/CPU-h",
+        f"GRPO gain {100 * c.estimate:+.1f} pts over {cpu_h:.2f} CPU-hours of RL per seed (one core; {path})",
+    )
+    h = result.arms["sft"].held_out_success
+    sft = Measure(
+        h.estimate,
+        "success",
+        f"ops SFT held-out success (rubric >= 8), 95% CI [{h.ci[0]:.2f}, {h.ci[1]:.2f}] clustered by seed "
+        f"({path})",
+        {"low": h.ci[0], "high": h.ci[1]},
+    )
+    return {"gain": gain, "worth": worth, "sft": sft}
+
+
+def _from_transfer(config: CompareConfig) -> dict[str, Measure]:
     """RL gain, its cost, SFT success and GRPO's non-flat groups, from the transfer experiment's summary."""
     data, src = _ops_summary(config)
     row = data.get("arms", {}).get("scratch", {})
@@ -339,7 +388,10 @@ def run_compare(config: CompareConfig, out_dir: Path, progress: Progress | None 
         result.panel.update(measured.panel)
     sections["campaign_offline"] = measure_offline(config.results_dir, sections["market"]["table"], say)
     measure_transfer(config, result, say)
-    result.table = {p: {f: sections[f]["table"][p] for f in FAMILIES} for p in PROPERTIES}
+    result.table = {
+        p: {f: sections[f]["table"].get(p) or not_measured(f"{f} has no such task") for f in FAMILIES}
+        for p in PROPERTIES
+    }
     result.questions = {f: sections[f]["questions"] for f in QUESTION_FAMILIES}
     result.diagnosis = {f: sections[f]["diagnosis"] for f in QUESTION_FAMILIES}
     result.wall_s = time.perf_counter() - t0

@@ -36,7 +36,8 @@ PROPERTIES: dict[str, str] = {
     "parallel": "并行探索 parallel exploration",
     "cost": "试错成本 cost per trial",
     "objectivity": "奖励客观性 reward objectivity",
-    "tool_use": "工具使用 tool use trainable",
+    "tool_use": "工具使用 tool use trainable (multi-turn agent RL)",
+    "single_step_rl": "单步 RL single-step RL, no tools",
 }
 QUESTIONS: dict[str, str] = {
     "trustworthy": "Is the reward trustworthy?",

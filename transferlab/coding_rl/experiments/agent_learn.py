@@ -586,7 +586,7 @@ def run_agent_learn(
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
         bar = exp.progress.add_task("agent-learn", total=len(config.seeds) * len(ARMS))
         if jobs > 1:
-            _seeds_in_processes(exp, config, runs_root, jobs, bar)
+            seeds_in_processes(exp, config, runs_root, jobs, bar)
         setup = Setup(exp, config, sandbox, start)
         for seed in config.seeds:
             results.update(_seed_arms(exp, setup, seed, bar))
@@ -637,22 +637,28 @@ def _seed_job(config: AgentLearnConfig, run_dir: str, runs_root: str, seeds: lis
         exp.run.release()
 
 
-def _seeds_in_processes(
-    exp: Experiment, config: AgentLearnConfig, runs_root: Path, jobs: int, bar: Any
+def seeds_in_processes(
+    exp: Experiment,
+    config: Any,
+    runs_root: Path,
+    jobs: int,
+    bar: Any,
+    job: Callable[[Any, str, str, list[int]], None] = _seed_job,
+    arms: Sequence[str] = ARMS,
 ) -> None:
-    """Split the seeds over ``jobs`` spawned processes (seed i goes to process i mod jobs) and wait,
-    showing the finished arms on ``bar``; a failed process is a RuntimeError naming its seeds."""
+    """Split ``config.seeds`` over ``jobs`` spawned processes (seed i goes to process i mod jobs), each
+    running ``job(config, run_dir, runs_root, seeds)`` (a module-level function), and wait, showing the
+    finished ``arms`` on ``bar``; a failed process is a RuntimeError naming its seeds."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     groups = [config.seeds[i::jobs] for i in range(min(jobs, len(config.seeds)))]
     procs = [
-        ctx.Process(target=_seed_job, args=(config, str(exp.run.dir), str(runs_root), seeds))
-        for seeds in groups
+        ctx.Process(target=job, args=(config, str(exp.run.dir), str(runs_root), seeds)) for seeds in groups
     ]
     for proc in procs:
         proc.start()
-    names = [f"{arm}-seed{seed}" for seed in config.seeds for arm in ARMS]
+    names = [f"{arm}-seed{seed}" for seed in config.seeds for arm in arms]
     try:
         while any(p.is_alive() for p in procs):
             done = sum(exp.result(n) is not None for n in names)

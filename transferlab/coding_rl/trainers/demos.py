@@ -101,6 +101,7 @@ def scripted_demonstration(
                 info={
                     "source": "demonstration",
                     "success": info.get("success"),
+                    "tool_ok": info.get("tool_ok"),
                     "imitate": k not in mistakes,
                 },
                 prompt_text=intro if k == 0 else "",

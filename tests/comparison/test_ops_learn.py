@@ -1,0 +1,169 @@
+"""ops-learn: the result by hand, the report diagnosis on the expert's episode, the config rules, and the
+smoke preset end to end through `transferlab ops experiment learn` with --resume."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from transferlab.cli import app
+from transferlab.comparison.ops_learn import (
+    OPS_LEARN_PRESETS,
+    OpsLearnConfig,
+    build_result,
+    curve_series,
+    per_task,
+    report_diagnosis,
+)
+from transferlab.comparison.ops_training import OpsEval, make_ops_sft_data, ops_tasks, rubric_of
+from transferlab.platform.config import ConfigError
+from transferlab.platform.results import read_result
+
+
+def diag(episodes: int, reported: int, wins: int) -> dict[str, int]:
+    return {
+        "episodes": episodes,
+        "actions": 4 * episodes,
+        "actions_ok": 3 * episodes,
+        "reported": reported,
+        "cause_named": reported,
+        "false_blame": reported - wins,
+        "evidence_half": wins,
+        "success": wins,
+    }
+
+
+def hand_results(held: dict[str, list[list[float]]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for arm, per_seed in held.items():
+        for s, values in enumerate(per_seed):
+            row: dict[str, Any] = {
+                "held_out": values,
+                "rubric": [8.0 * v for v in values],
+                "habits": {"query_before_concluding": 1.0, "check_before_reporting": 0.5},
+                "diagnosis": diag(len(values), len(values), int(sum(values))),
+                "seconds": 30.0,
+            }
+            if arm == "rl":
+                curve = [{"step": 1, "episodes": 4, "success": 0.5, "rubric": 4.0}]
+                curve.append(
+                    {"step": 2, "episodes": 8, "success": sum(values) / 2, "rubric": 4.0 * sum(values)}
+                )
+                row.update(training_episodes=8, train_success=[0.5, 0.5], curve=curve)
+            out[f"{arm}-seed{s}"] = row
+    return out
+
+
+def test_result_by_hand() -> None:
+    config = OpsLearnConfig(seeds=[0, 1])
+    held = {"sft": [[0.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 1.0], [1.0, 1.0]]}
+    result = build_result(config, hand_results(held), "transferlab ops experiment learn", 200, 2)
+    assert result.arms["sft"].held_out_success.estimate == pytest.approx(0.25)
+    assert result.arms["rl"].held_out_success.estimate == pytest.approx(1.0)
+    assert result.arms["rl"].n_episodes == 2 * 2 * config.eval_episodes
+    c = result.comparison("rl - sft")
+    assert c.estimate == pytest.approx(0.75) and (c.cluster, c.n_clusters) == ("seed", 2)
+    assert {(x.cluster, x.n_clusters) for x in result.comparisons} == {("seed", 2), ("seed+task", 4)}
+    sft = result.arms["sft"].model_extra
+    assert sft is not None
+    assert sft["rubric"]["estimate"] == pytest.approx(2.0) and sft["rubric_per_seed"] == [0.0, 4.0]
+    assert sft["diagnosis"]["format"] == pytest.approx(0.75)
+    assert sft["diagnosis"]["false_blame_share"] == pytest.approx(3 / 4)  # 4 reports, 1 win
+    assert result.settings["tasks"] == {"train": 200, "held_out": 2, "rl": 200 - config.sft_tasks}
+    series = curve_series(result)
+    # episodes 0 = the SFT policy's mean over seeds, then each curve point's mean over seeds
+    assert next(iter(series["success"].values())).y == [0.25, 0.5, 1.0]
+    assert next(iter(series["rubric"].values())).x == [0, 4, 8]
+
+
+def test_a_run_that_did_not_improve_says_pipeline_ran() -> None:
+    held = {"sft": [[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]}
+    result = build_result(OpsLearnConfig(), hand_results(held), "x", 200, 2)
+    sentence = result.comparison("rl - sft").sentence()
+    assert "pipeline ran" in sentence and "improved" not in sentence
+
+
+def test_per_task_means_consecutive_episodes() -> None:
+    assert per_task([1.0, 0.0, 1.0, 1.0], 2) == [0.5, 1.0]
+
+
+def test_report_diagnosis_of_the_expert_episode() -> None:
+    from transferlab.comparison.ops_training import shared_tokenizer
+
+    train, _ = ops_tasks(1, 1)
+    tokenizer = shared_tokenizer(train, 400)
+    [traj] = make_ops_sft_data(tokenizer, train)
+    score = rubric_of(traj)
+    ev = OpsEval(
+        task_ids=[train[0].task_id],
+        rubric=[score],
+        success=[float(score >= 8)],
+        habits={},
+        trajectories=[traj],
+    )
+    d = report_diagnosis(train, ev)
+    assert d["episodes"] == 1 and d["actions"] == len(traj.steps) == d["actions_ok"]
+    assert (d["reported"], d["cause_named"], d["false_blame"]) == (1, 1, 0)
+    assert d["success"] == int(score >= 8) == 1  # the expert's report passes the rubric
+
+
+def test_config_rules_name_the_fix() -> None:
+    with pytest.raises(ConfigError, match=re.escape("sft_tasks (40) must be below train_tasks (40)")):
+        OpsLearnConfig(train_tasks=40, sft_tasks=40)
+    rl = OPS_LEARN_PRESETS["cpu"].rl.model_copy(update={"env_factory": None})
+    with pytest.raises(ConfigError, match=re.escape("rl.env_factory")):
+        OpsLearnConfig(rl=rl)
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, ["ops", "experiment", *args])
+
+
+def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_path: Path) -> None:
+    runs, report = tmp_path / "runs", tmp_path / "report"
+    out = _invoke("learn", "--preset", "smoke", "--runs-root", str(runs), "--report-dir", str(report))
+    assert out.exit_code == 0, out.output
+    [run_dir] = (runs / "ops-learn").iterdir()
+    result = read_result(run_dir / "result.json")
+    assert read_result(report) == result
+    assert result.experiment == "ops-learn" and result.seeds == [0]
+    assert result.command.startswith("transferlab ops experiment learn --preset smoke")
+    smoke = OPS_LEARN_PRESETS["smoke"]
+    for arm in result.arms.values():
+        assert arm.n_episodes == smoke.held_out_tasks * smoke.eval_episodes
+    rl = result.arms["rl"].model_extra
+    assert rl is not None
+    assert [p["step"] for p in rl["curve"][0]] == list(range(1, smoke.rl.steps + 1))  # curve_every=1
+    assert rl["training_episodes"] == [smoke.rl.steps * smoke.rl.tasks_per_step * smoke.rl.group_size]
+    markdown = (report / "report.md").read_text().replace("\\", "")
+    line = result.comparison("rl - sft").sentence()
+    assert line in markdown and line in out.output
+    assert (report / "figures" / "curve_success.png").is_file()
+
+    sft_result = run_dir / "arms" / "sft-seed0" / "result.json"
+    before = (sft_result.stat().st_mtime_ns, sft_result.read_text())
+    (run_dir / "arms" / "rl-seed0" / "result.json").unlink()
+    again = _invoke("learn", "--resume", str(run_dir), "--runs-root", str(runs))
+    assert again.exit_code == 0, again.output
+    assert (sft_result.stat().st_mtime_ns, sft_result.read_text()) == before
+    assert read_result(run_dir / "result.json").arms["sft"] == result.arms["sft"]
+    resumed = read_result(run_dir / "result.json").arms["rl"]
+    assert resumed.held_out_success == result.arms["rl"].held_out_success  # from the final checkpoint
+    assert (resumed.model_extra or {})["curve"] == rl["curve"]  # the points already measured are kept
+
+
+def test_bad_inputs_are_one_error_line(tmp_path: Path) -> None:
+    bad = OPS_LEARN_PRESETS["smoke"].model_dump(mode="json")
+    bad["sft_tasks"] = 9
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    out = _invoke("learn", "--config", str(path), "--runs-root", str(tmp_path))
+    assert out.exit_code == 2 and "error:" in out.output and "sft_tasks (9) must be below" in out.output
+    out = _invoke("transfer", "--preset", "test", "--only-seeds", "7", "--runs-root", str(tmp_path))
+    assert out.exit_code == 2 and "--only-seeds 7" in out.output
+    assert not (tmp_path / "ops-learn").exists() and not (tmp_path / "transfer").exists()

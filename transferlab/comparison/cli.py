@@ -1,0 +1,118 @@
+"""``transferlab ops``: the ops-side experiments that train the coding trainer's policies on ops.
+
+    transferlab ops experiment learn     [--preset cpu|smoke] [--config F] [--seeds 0,1,2] [--jobs N]
+                                         [--runs-root DIR] [--report-dir DIR] [--resume RUN_DIR]
+                                         [--model PATH]
+    transferlab ops experiment transfer  [--preset cpu|test] [--runs-root DIR] [--report-dir DIR]
+                                         [--resume RUN_DIR] [--model PATH] [--only-seeds 0,2]
+
+``learn``: SFT vs SFT + multi-turn GRPO on held-out OpsAnalysis-v0 scenarios
+(:mod:`transferlab.comparison.ops_learn`). ``transfer``: a coding-trained policy vs one from scratch,
+both trained on ops (:mod:`transferlab.comparison.transfer`). Exit codes: 0 done, 2 bad input.
+
+Only typer is imported at module level; the experiments import torch inside the commands.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from transferlab.coding_rl.experiments.cli import (
+    ConfigOption,
+    ModelOption,
+    Preset,
+    PresetOption,
+    ReportDirOption,
+    ResumeOption,
+    RunsRootOption,
+    SeedsOption,
+    _config,
+    _main_guard,
+    _run_owned,
+    _seeds,
+)
+from transferlab.platform.cli_kit import fail
+
+app = typer.Typer(
+    name="ops",
+    help="Ops experiments: does agent RL learn on OpsAnalysis-v0, does coding transfer to it.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+experiment_app = typer.Typer(
+    name="experiment",
+    help="learn: SFT vs SFT + RL on ops; transfer: coding-pretrained vs scratch on ops.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+app.add_typer(experiment_app, name="experiment")
+
+
+class TransferPreset(StrEnum):
+    cpu = "cpu"
+    test = "test"
+
+
+@experiment_app.command("learn")
+def learn(
+    preset: PresetOption = Preset.cpu,
+    config: ConfigOption = None,
+    seeds: SeedsOption = None,
+    runs_root: RunsRootOption = Path("runs"),
+    report_dir: ReportDirOption = None,
+    resume: ResumeOption = None,
+    model: ModelOption = None,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", min=1, help="Seeds run in this many processes at once (same result as 1)."),
+    ] = 1,
+) -> None:
+    """SFT vs SFT + multi-turn GRPO on held-out OpsAnalysis-v0 scenarios, with seed-clustered intervals."""
+    from transferlab.comparison.ops_learn import OPS_LEARN_PRESETS, OpsLearnConfig, run_ops_learn
+
+    _main_guard()
+    cfg = _config(OpsLearnConfig, OPS_LEARN_PRESETS, preset, config, seeds=_seeds(seeds), model_path=model)
+    summary = _run_owned(lambda: run_ops_learn(cfg, runs_root, report_dir, resume, jobs=jobs), resume)
+    for line in summary["verdicts"].values():
+        typer.echo(line)
+
+
+@experiment_app.command("transfer")
+def transfer(
+    preset: Annotated[
+        TransferPreset, typer.Option("--preset", help="cpu: the committed settings; test: a quick check.")
+    ] = TransferPreset.cpu,
+    runs_root: RunsRootOption = Path("runs"),
+    report_dir: ReportDirOption = None,
+    resume: ResumeOption = None,
+    model: ModelOption = None,
+    only_seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--only-seeds",
+            help="Comma-separated seeds this process computes (run a second process with --resume).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Coding-pretrained vs from-scratch policies trained on ops: held-out success, episodes, habits."""
+    import json
+
+    from transferlab.comparison.transfer import PRESETS, run_transfer
+
+    _main_guard()
+    cfg = PRESETS[preset.value]()
+    if model is not None:
+        cfg = cfg.model_copy(update={"model_path": model})
+    picked = _seeds(only_seeds)
+    if picked is not None and not set(picked) <= set(cfg.seeds):
+        fail(f"--only-seeds {only_seeds}: the preset's seeds are {cfg.seeds}; pick among them")
+    summary = _run_owned(lambda: run_transfer(cfg, runs_root, report_dir, resume, only_seeds=picked), resume)
+    if summary:
+        typer.echo(json.dumps({arm: row["episodes_to_threshold"] for arm, row in summary["arms"].items()}))
