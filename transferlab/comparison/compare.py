@@ -177,7 +177,7 @@ def _ops_summary(config: CompareConfig) -> tuple[dict[str, Any], str]:
     if "arms" not in data or "scratch" not in data["arms"]:
         raise ValueError(
             f"{path} is not a transfer summary (no arms.scratch): pass the summary.json that "
-            "`python -m transferlab.comparison.transfer --report-dir DIR` writes"
+            "`transferlab ops experiment transfer --report-dir DIR` writes"
         )
     return data, str(path)
 
@@ -232,7 +232,7 @@ def _from_transfer(config: CompareConfig) -> dict[str, Measure]:
     if "rl_gain" not in row:
         gone = not_measured(
             f"no RL run on OpsAnalysis-v0 in {src}: run "
-            "`python -m transferlab.comparison.transfer --report-dir docs/results/transfer`"
+            "`transferlab ops experiment transfer --report-dir docs/results/transfer`"
         )
         return {"gain": gone, "worth": gone, "sft": gone, "explore": gone}
     g = row["rl_gain"]

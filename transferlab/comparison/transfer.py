@@ -31,8 +31,8 @@ ops fine-tuning), after the first GRPO evaluation and at the end, for A vs B; th
 habits (:func:`coding_habits`) are reported too. The report (Markdown + HTML, with plots) is written
 to the run directory and optionally copied to ``--report-dir``.
 
-    python -m transferlab.comparison.transfer --preset cpu --report-dir docs/results/transfer
-    python -m transferlab.comparison.transfer --preset cpu --model PATH   # a local HF model
+    transferlab ops experiment transfer --preset cpu --report-dir docs/results/transfer
+    transferlab ops experiment transfer --preset cpu --model PATH   # a local HF model
 """
 
 from __future__ import annotations
@@ -572,12 +572,12 @@ def _settings(
     )
     model = f" --model {start.path}" if start is not None else ""
     report.code(
-        f"python -m transferlab.comparison.transfer --preset cpu{model} "
+        f"transferlab ops experiment transfer --preset cpu{model} "
         "--report-dir docs/results/transfer\n"
         "# or one process per seed on one run directory (the committed run: 3 processes, 2 cores):\n"
-        "python -m transferlab.comparison.transfer --preset cpu --only-seeds 0\n"
-        "python -m transferlab.comparison.transfer --resume RUN --only-seeds 1   # and 2\n"
-        "python -m transferlab.comparison.transfer --resume RUN --report-dir docs/results/transfer"
+        "transferlab ops experiment transfer --preset cpu --only-seeds 0\n"
+        "transferlab ops experiment transfer --resume RUN --only-seeds 1   # and 2\n"
+        "transferlab ops experiment transfer --resume RUN --report-dir docs/results/transfer"
     )
 
 
