@@ -185,7 +185,19 @@ def compare(
         }
     )
     run_dir = out or runs_root / "compare" / new_run_id()
-    result = run_compare(config, run_dir, progress=echo_progress)
+    options = [f"--preset {preset}"] + [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--out", out),
+            ("--ops-result", ops_result),
+            ("--ops-learn-result", ops_learn_result),
+            ("--human-agreement", human_agreement),
+        )
+        if value is not None
+    ]
+    result = run_compare(
+        config, run_dir, progress=echo_progress, command="transferlab compare " + " ".join(options)
+    )
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=1, default=str))
         return

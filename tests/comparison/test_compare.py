@@ -161,6 +161,27 @@ def test_result_json_has_every_cell_with_how_it_was_measured(run: tuple[Path, st
     assert data["transfer"][0]["query_before_concluding (SFT -> end)"] == "0.60 -> 0.80"
 
 
+def test_result_json_is_in_the_shared_schema_with_matched_comparisons(run: tuple[Path, str, float]) -> None:
+    from transferlab.platform.results import read_result
+
+    out, _, _ = run
+    result = read_result(out / "result.json")
+    assert result.experiment == "compare"
+    assert result.command.startswith("transferlab compare --preset test --out ")
+    ops = {c.cluster: c for c in result.comparisons if c.name == "ops multi-turn: rl - sft"}
+    # the hand-made ops-learn result: RL 7/8 - SFT 1/8 over the same two seeds
+    assert ops["seed"].estimate == pytest.approx(0.75) and ops["seed"].n_clusters == 2
+    assert result.arms["ops multi-turn: rl"].held_out_success.estimate == pytest.approx(7 / 8)
+    coding = result.comparison("coding multi-turn: rl - sft")  # the committed agent-learn run
+    assert coding.cluster == "seed" and coding.estimate == pytest.approx(0.051, abs=0.0005)
+    assert {c.name for c in result.comparisons} >= {
+        "coding multi-turn: rl - rft",
+        "coding single-step: grpo - sft",
+    }
+    md = (out / "report.md").read_text()
+    assert "RL against its baselines, side by side" in md and "ops multi-turn: rl - sft" in md
+
+
 def test_report_is_written(run: tuple[Path, str, float]) -> None:
     out, _, _ = run
     md = (out / "report.md").read_text()

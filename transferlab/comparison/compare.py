@@ -142,6 +142,8 @@ class CompareResult:
     throughput: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
     transfer: list[dict[str, str]] = field(default_factory=list)  # one row per arm, from the summary
     transfer_source: str = ""
+    matched: dict[str, Any] = field(default_factory=dict)  # arms, comparisons, seeds, sources
+    command: str = "transferlab compare"
     wall_s: float = 0.0
     run_dir: Path | None = None
 
@@ -150,6 +152,13 @@ class CompareResult:
             return {k: {kk: vv.to_dict() for kk, vv in v.items()} for k, v in d.items()}
 
         return {
+            "experiment": "compare",
+            "command": self.command,
+            "seeds": self.matched.get("seeds") or [0],
+            "settings": self.config.to_dict(),
+            "arms": self.matched.get("arms", {}),
+            "comparisons": self.matched.get("comparisons", []),
+            "sources": self.matched.get("sources", {}),
             "config": self.config.to_dict(),
             "table": conv(self.table),
             "questions": conv(self.questions),
@@ -354,14 +363,88 @@ def ops_with_trained_runs(config: CompareConfig, say: Progress) -> Measured:
     return measured
 
 
+# -------------------------------------------------------------------------------- matched results
+
+MATCHED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coding multi-turn", "coding_agent_learn", ("rl - sft", "rl - rft")),
+    ("ops multi-turn", "ops_learn", ("rl - sft",)),
+    ("coding single-step", "coding_learn", ("grpo - sft",)),
+)
+"""(label, committed result directory, comparisons copied): the RL-vs-baseline results set side by
+side, multi-turn agent RL in both domains first and the single-step toy result on its own."""
+
+
+def matched_results(
+    results_dir: str | Path, overrides: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """The committed experiments' arms and comparisons, renamed ``"<label>: <name>"``, in the shared
+    result schema; ``overrides`` maps a result directory's name to another result.json. A missing
+    result.json is listed under ``missing`` instead of silently skipped."""
+    from transferlab.platform.results import read_result
+
+    arms: dict[str, Any] = {}
+    comparisons: list[dict[str, Any]] = []
+    seeds: set[int] = set()
+    sources: dict[str, str] = {}
+    missing: list[str] = []
+    for label, directory, names in MATCHED:
+        path = Path((overrides or {}).get(directory) or Path(results_dir, directory, "result.json"))
+        if not path.is_file():
+            missing.append(str(path))
+            continue
+        result = read_result(path)
+        sources[label] = str(path)
+        seeds.update(result.seeds)
+        for name, arm in result.arms.items():
+            arms[f"{label}: {name}"] = {
+                "held_out_success": arm.held_out_success.model_dump(),
+                "n_episodes": arm.n_episodes,
+            }
+        for c in result.comparisons:
+            if c.name in names:
+                comparisons.append({**c.model_dump(), "name": f"{label}: {c.name}"})
+    return {
+        "arms": arms,
+        "comparisons": comparisons,
+        "seeds": sorted(seeds),
+        "sources": {**sources, **({"missing": missing} if missing else {})},
+    }
+
+
+def matched_rows(matched: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One report row per matched comparison: clusters, difference and MDE in points, verdict."""
+    from transferlab.platform.results import Comparison
+
+    rows = []
+    for raw in matched.get("comparisons", []):
+        c = Comparison.model_validate(raw)
+        lo, hi = (100 * x for x in c.ci)
+        rows.append(
+            {
+                "comparison": c.name,
+                "clusters": f"{c.n_clusters} x {c.cluster}",
+                "difference (points)": f"{100 * c.estimate:+.1f} [{lo:+.1f}, {hi:+.1f}]",
+                "MDE (points)": f"{100 * c.mde:.1f}",
+                "verdict": c.verdict,
+            }
+        )
+    return rows
+
+
 # ---------------------------------------------------------------------------------------- the run
 
 
-def run_compare(config: CompareConfig, out_dir: Path, progress: Progress | None = None) -> CompareResult:
-    """Measure every family, then write ``config.json``, ``result.json`` and the report into ``out_dir``."""
+def run_compare(
+    config: CompareConfig,
+    out_dir: Path,
+    progress: Progress | None = None,
+    command: str = "transferlab compare",
+) -> CompareResult:
+    """Measure every family, then write ``config.json``, ``result.json`` and the report into ``out_dir``;
+    ``command`` is the command line recorded in result.json and the report."""
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    result = CompareResult(config)
+    result = CompareResult(config, command=command)
     sections: dict[str, Section] = {}
     for measured in (
         measure_coding(
@@ -388,6 +471,7 @@ def run_compare(config: CompareConfig, out_dir: Path, progress: Progress | None 
         result.panel.update(measured.panel)
     sections["campaign_offline"] = measure_offline(config.results_dir, sections["market"]["table"], say)
     measure_transfer(config, result, say)
+    result.matched = matched_results(config.results_dir, {"ops_learn": config.ops_learn_result})
     result.table = {
         p: {f: sections[f]["table"].get(p) or not_measured(f"{f} has no such task") for f in FAMILIES}
         for p in PROPERTIES
@@ -494,6 +578,18 @@ def write_report(result: CompareResult, out: Path) -> Any:
     )
     report.heading("The domain table (seed 000)")
     report.table(table_rows(result))
+    report.heading("RL against its baselines, side by side")
+    if result.matched.get("comparisons"):
+        report.table(matched_rows(result.matched))
+        report.paragraph(
+            "Held-out success, from the committed experiments ("
+            + ", ".join(f"{k}: {v}" for k, v in result.matched["sources"].items() if k != "missing")
+            + "); 95% two-stage bootstrap intervals clustered by seed or by (seed, task); MDE = the "
+            "smallest true difference the interval's width would detect with 80% power."
+        )
+    missing = result.matched.get("sources", {}).get("missing", [])
+    if missing:
+        report.paragraph("Not found, so not in this table: " + ", ".join(missing) + ".")
     report.heading("Four questions before RL (seed 004)")
     report.table(
         [
@@ -531,4 +627,5 @@ def write_report(result: CompareResult, out: Path) -> Any:
     )
     report.bullets(_how({k: {f: result.diagnosis[f][k] for f in QUESTION_FAMILIES} for k in LAYERS}, LAYERS))
     report.code(json.dumps(result.config.to_dict(), indent=1), "json")
+    report.code(result.command)
     return report.write(out)

@@ -119,9 +119,10 @@ class Comparison(BaseModel):
 
 
 class Result(BaseModel):
-    """Everything a report states, in one object; the Markdown/HTML is written from it."""
+    """Everything a report states, in one object; the Markdown/HTML is written from it. An experiment
+    may keep its own sections next to these keys (``compare`` keeps its domain table)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
 
     experiment: str = Field(min_length=1)
     command: str = Field(min_length=1)
