@@ -64,3 +64,11 @@ def test_no_command_group_defines_its_own_fail() -> None:
             if isinstance(node, ast.FunctionDef) and node.name in ("fail", "_fail")
         ]
     assert own == []
+
+
+def test_fraction_progress_writes_lines_when_stderr_is_not_a_terminal() -> None:
+    result = runner.invoke(_app(), ["--code", str(EXIT_BAD_INPUT)])
+    # CliRunner's stderr is not a terminal: the new message is one line with the fraction done
+    assert "... half (50%, 0 s)" in result.stderr.splitlines()
+    quiet = runner.invoke(_app(), ["--code", str(EXIT_BAD_INPUT), "--quiet"])
+    assert "half" not in quiet.stderr

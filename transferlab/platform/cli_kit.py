@@ -13,6 +13,8 @@ helpers), so a CLI module that imports this stays fast to import.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
@@ -48,9 +50,23 @@ def progress_bar(description: str, total: int, quiet: bool = False) -> Iterator[
 
 @contextmanager
 def fraction_progress(quiet: bool = False) -> Iterator[Callable[[str, float], None]]:
-    """A rich progress bar on stderr driven by ``progress(message, fraction)`` (nothing when ``quiet``)."""
+    """A rich progress bar on stderr driven by ``progress(message, fraction)`` (nothing when ``quiet``).
+
+    When stderr is not a terminal (a log file, CI), a bar would show nothing until the end, so each new
+    message is printed as one line with the fraction done and the elapsed time instead."""
     if quiet:
         yield lambda message, fraction: None
+        return
+    if not sys.stderr.isatty():
+        t0 = time.monotonic()
+        last = [""]
+
+        def line(message: str, fraction: float) -> None:
+            if message != last[0]:
+                last[0] = message
+                typer.echo(f"... {message} ({fraction:.0%}, {time.monotonic() - t0:.0f} s)", err=True)
+
+        yield line
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
