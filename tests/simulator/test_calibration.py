@@ -129,7 +129,7 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
         "--out",
         str(out),
         "--episodes",
-        "3",
+        "2",
         "--deploy-episodes",
         "2",
         "--json",
@@ -137,12 +137,19 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
-    assert summary["before"]["policies"] == 12 and "kendall_tau" in summary["after"]
+    assert summary["before"]["policies"] == 21 and "kendall_tau" in summary["after"]  # the held-out panel
+    assert summary["in_sample"]["before"]["policies"] == 12
+    for key in ("tau_before", "tau_after", "tau_ceiling", "profit_error_before", "profit_error_after"):
+        assert isinstance(summary[key], float), key
+    assert set(summary["tau_ci"]) == {"before", "after"}
+    assert summary["command"].startswith("transferlab sim fidelity --simulator ")
+    assert not set(summary["panels"]["calibration"]) & set(summary["panels"]["evaluation"])
     for name in (
         "report.md",
         "report.html",
         "figures/sim_vs_world.png",
         "fidelity.json",
+        "result.json",
         "calibrated_sim/params.npz",
     ):
         assert (out / name).is_file(), name

@@ -62,3 +62,41 @@ def test_held_out_actions_are_those_the_logs_rarely_took() -> None:
     assert logged_share(NoCampaign(), counts) is None
     assert logged_share(Schedule(7, CampaignAction(0.3, 9, "premium", 60.0)), counts) == 0.0 < RARE_SHARE
     assert callable(compare)
+
+
+def _panel(returns: dict[str, np.ndarray]) -> PanelResult:
+    return PanelResult({}, {}, {}, returns)
+
+
+def test_the_noise_ceiling_is_high_for_a_known_ranking_and_low_for_ties() -> None:
+    from transferlab.simulator.fidelity import ranking_agreement
+
+    rng = np.random.default_rng(0)
+    # five policies 1 apart, episode noise sd 0.5, 40 episodes: each half's means keep the order
+    ranked = _panel({f"p{k}": k + rng.normal(0, 0.5, 40) for k in range(5)})
+    got = ranking_agreement(ranked, ranked, n_boot=200)
+    assert got["tau"] == pytest.approx(1.0) and got["tau_ceiling"] == pytest.approx(1.0)
+    assert got["tau_ceiling_ci"][0] > 0.5
+    # five policies of the same value: the halves order them by noise, the ceiling is near 0
+    ties = _panel({f"p{k}": rng.normal(0, 0.5, 40) for k in range(5)})
+    low = ranking_agreement(ties, ties, n_boot=200)
+    assert low["tau_ceiling_ci"][0] < 0 < low["tau_ceiling_ci"][1]
+    # a simulator that reverses the order: tau -1, whatever the ceiling
+    reversed_sim = _panel({f"p{k}": -k + rng.normal(0, 0.5, 40) for k in range(5)})
+    assert ranking_agreement(reversed_sim, ranked, n_boot=200)["tau"] == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="at least 4 world episodes"):
+        ranking_agreement(_panel({"a": np.ones(3)}), _panel({"a": np.ones(3)}))
+
+
+def test_the_evaluation_panel_shares_no_policy_with_the_calibration_panel() -> None:
+    from transferlab.simulator.fidelity_report import check_disjoint
+    from transferlab.simulator.policies import evaluation_panel
+
+    cal, ev = policy_panel(), evaluation_panel()
+    assert len(ev) >= 20 and not set(cal) & set(ev)
+    assert not [p for p in ev.values() if any(p == q for q in cal.values())]
+    check_disjoint(cal, ev)  # no error
+    with pytest.raises(ValueError, match="share weekly_all_5"):
+        check_disjoint(cal, {**ev, "weekly_all_5": cal["weekly_all_5"]})
+    with pytest.raises(ValueError, match="copy = weekly_all_5"):
+        check_disjoint(cal, {**ev, "copy": cal["weekly_all_5"]})

@@ -354,7 +354,8 @@ def fidelity_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of every evaluation and deployment.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Rank a policy panel in the learned simulator and in the world, calibrate, and compare again."""
+    """Rank policies in the learned simulator and in the world, calibrate on one panel's deployment, and
+    score both before and after on a disjoint panel (with the world's own split-half noise ceiling)."""
     import json
 
     from transferlab.simulator.fidelity_report import run_fidelity
@@ -369,17 +370,32 @@ def fidelity_command(
     except (SimulatorError, LogError) as exc:
         fail(str(exc))
     say = (lambda _m: None) if as_json else echo_progress
+    command = (
+        f"transferlab sim fidelity --simulator {simulator} --logs {logs} --out {out} --episodes {episodes} "
+        f"--deploy-episodes {deploy_episodes} --seed {seed}"
+    )
     summary = run_fidelity(
-        sim, log_tables, out, episodes=episodes, deploy_episodes=deploy_episodes, seed=seed, progress=say
+        sim,
+        log_tables,
+        out,
+        episodes=episodes,
+        deploy_episodes=deploy_episodes,
+        seed=seed,
+        progress=say,
+        command=command,
     )
     if as_json:
         print(json.dumps(summary))
         return
+    print(f"held-out panel ({len(summary['panels']['evaluation'])} policies no calibration saw):")
     for when in ("before", "after"):
         s = summary[when]
+        lo, hi = summary["tau_ci"][when]
         print(
-            f"{when:>6} calibration: Kendall tau {s['kendall_tau']:+.3f} (p={s['kendall_p']:.3f}), "
+            f"{when:>6} calibration: Kendall tau {s['kendall_tau']:+.3f} [{lo:+.3f}, {hi:+.3f}], "
             f"median |error| orders {s['median_abs_rel_error']['orders']:.1%}, "
             f"profit {s['median_abs_rel_error']['profit']:.1%}"
         )
+    lo, hi = summary["tau_ceiling_ci"]
+    print(f"noise ceiling (the world's split-half tau): {summary['tau_ceiling']:+.3f} [{lo:+.3f}, {hi:+.3f}]")
     print(f"report: {out / 'report.md'}")

@@ -49,6 +49,7 @@ class PanelResult:
     values: dict[str, Interval]
     outcomes: dict[str, np.ndarray]  # mean summed outcome vector per episode (DAY_KEYS order)
     daily: dict[str, np.ndarray]  # (days * episodes, len(DAY_KEYS)) decision-day outcomes
+    returns: dict[str, np.ndarray] = field(default_factory=dict)  # per-episode return, same seeds
 
 
 @dataclass
@@ -91,13 +92,56 @@ def evaluate_panel(
     Every policy gets the same market seeds (common random numbers: the same starting markets and,
     until the actions differ, the same draws), which sharpens the comparison between policies.
     """
-    values, outcomes, daily = {}, {}, {}
+    values, outcomes, daily, returns = {}, {}, {}, {}
     for name, policy in panel.items():
         res = run_policy(factory(episodes, seed), policy, episode, reward, seed=seed)
         values[name] = bootstrap_ci(res["return"], seed=seed)
         outcomes[name] = res["outcome"].mean(axis=0)
         daily[name] = res["daily"].reshape(-1, len(DAY_KEYS))
-    return PanelResult(values, outcomes, daily)
+        returns[name] = np.asarray(res["return"], dtype=np.float64)
+    return PanelResult(values, outcomes, daily, returns)
+
+
+def kendall(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall's tau-b between two value vectors (1: the same order)."""
+    return float(stats.kendalltau(a, b)[0])
+
+
+def ranking_agreement(
+    sim: PanelResult, world: PanelResult, *, n_boot: int = 500, level: float = 0.95, seed: int = 0
+) -> dict[str, Any]:
+    """Kendall tau between the simulator's and the world's policy values, and the world's noise
+    ceiling: the tau between two halves of the world's own episodes (how well the world agrees with
+    itself at half the episodes; a simulator cannot be judged finer than that).
+
+    Both come with percentile bootstrap intervals that resample the world's episodes (the same
+    episode indices for every policy: they ran on the same futures) and, for the simulator, its
+    episodes likewise. Returns ``{"tau", "tau_ci", "tau_ceiling", "tau_ceiling_ci"}``.
+    """
+    names = list(world.returns)
+    w = np.stack([world.returns[n] for n in names])  # (policies, episodes)
+    s = np.stack([sim.returns[n] for n in names])
+    if w.shape[1] < 4:
+        raise ValueError(f"the noise ceiling needs at least 4 world episodes per policy, got {w.shape[1]}")
+    half = w.shape[1] // 2
+    tau = kendall(s.mean(axis=1), w.mean(axis=1))
+    ceiling = kendall(w[:, :half].mean(axis=1), w[:, half : 2 * half].mean(axis=1))
+    rng = np.random.default_rng(seed)
+    taus, ceilings = np.empty(n_boot), np.empty(n_boot)
+    for i in range(n_boot):
+        wi = w[:, rng.integers(0, w.shape[1], w.shape[1])]
+        si = s[:, rng.integers(0, s.shape[1], s.shape[1])]
+        taus[i] = kendall(si.mean(axis=1), wi.mean(axis=1))
+        a = rng.integers(0, half, half)
+        b = half + rng.integers(0, half, half)
+        ceilings[i] = kendall(w[:, a].mean(axis=1), w[:, b].mean(axis=1))
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    return {
+        "tau": tau,
+        "tau_ci": [float(x) for x in np.nanquantile(taus, q)],
+        "tau_ceiling": ceiling,
+        "tau_ceiling_ci": [float(x) for x in np.nanquantile(ceilings, q)],
+    }
 
 
 def world_factory(manifest: Mapping[str, Any]) -> MarketFactory:
@@ -153,7 +197,7 @@ def compare(
     table["sim_rank"] = table["sim_value"].rank(ascending=False).astype(int)
     table["world_rank"] = table["world_value"].rank(ascending=False).astype(int)
     distances = {}
-    for k in DISTANCE_KEYS:
+    for k in DISTANCE_KEYS if behaviour in sim.daily and behaviour in world.daily else ():
         j = DAY_KEYS.index(k)
         a, b = sim.daily[behaviour][:, j], world.daily[behaviour][:, j]
         distances[k] = float(stats.wasserstein_distance(a, b) / max(float(np.std(b)), 1e-9))

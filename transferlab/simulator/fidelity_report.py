@@ -2,21 +2,25 @@
 
 ``transferlab sim fidelity --simulator SIM --logs LOGS --out DIR`` runs :func:`run_fidelity`:
 
-1. the policy panel (12 policies) in the world that made the logs, continuing after the logged
-   history, and in the simulator: rank agreement (Kendall tau), outcome errors per policy (held-out
-   actions flagged), distribution distances;
-2. a *deployment*: the panel's policies run in the world again (other futures), and their campaigns'
-   results come back, as from a deployment to the real market, and :func:`calibrate` updates the
-   simulator with them;
-3. the same comparison with the calibrated simulator.
+1. two disjoint panels: the *calibration* panel (:func:`policy_panel`, 12 policies) and the
+   *evaluation* panel (:func:`evaluation_panel`, 21 others), each in the world that made the logs,
+   continuing after the logged history, and in the simulator: rank agreement (Kendall tau, with a
+   bootstrap interval), outcome errors per policy (held-out actions flagged), distribution distances.
+   The evaluation panel runs twice as many world episodes, on other futures, so that two halves of
+   them give the world's own split-half tau: the noise ceiling;
+2. a *deployment*: the calibration panel's policies run in the world again (other futures), and their
+   campaigns' results come back, as from a deployment to the real market, and :func:`calibrate`
+   updates the simulator with them;
+3. the same comparisons with the calibrated simulator. The evaluation panel's figures are the
+   out-of-sample ones; the calibration panel's "after" figures are in-sample and labelled so.
 
-It writes ``report.md`` / ``report.html`` with the plots, ``fidelity.json``, and the calibrated
-simulator under ``calibrated_sim/``.
+It writes ``report.md`` / ``report.html`` with the plots, ``result.json`` (also as ``fidelity.json``)
+with the command that made it, and the calibrated simulator under ``calibrated_sim/``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +31,18 @@ from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Report
 from transferlab.simulator.calibration import calibrate, deployment_outcomes
 from transferlab.simulator.envs.campaign import EpisodeConfig
-from transferlab.simulator.fidelity import ERROR_KEYS, Fidelity, evaluate_panel, fidelity, world_factory
+from transferlab.simulator.fidelity import (
+    ERROR_KEYS,
+    Fidelity,
+    evaluate_panel,
+    fidelity,
+    ranking_agreement,
+    world_factory,
+)
 from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import Logs
 from transferlab.simulator.market import CATALOG
-from transferlab.simulator.policies import policy_panel
+from transferlab.simulator.policies import Policy, evaluation_panel, policy_panel
 
 
 def _scatter(before: Fidelity, after: Fidelity) -> Figure:
@@ -63,6 +74,28 @@ def _headline(fid: Fidelity) -> dict[str, Any]:
     }
 
 
+def check_disjoint(calibration: Mapping[str, Policy], evaluation: Mapping[str, Policy]) -> None:
+    """Refuse panels that share a policy (by name or by definition): the score would be in-sample."""
+    shared = sorted(set(calibration) & set(evaluation))
+    shared += sorted(
+        f"{e} = {c}" for e, pe in evaluation.items() for c, pc in calibration.items() if pe == pc and e != c
+    )
+    if shared:
+        raise ValueError(
+            f"the calibration and evaluation panels share {', '.join(shared)}: fidelity must be scored "
+            "on policies the calibration never saw; drop them from one panel"
+        )
+
+
+def _short(s: Mapping[str, Any]) -> dict[str, Any]:
+    """The headline columns of a stored summary (the in-sample panel has no Fidelity kept)."""
+    return {
+        "kendall_tau": round(s["kendall_tau"], 3),
+        "kendall_p": round(s["kendall_p"], 4),
+        **{f"median |err| {k}": round(v, 3) for k, v in s["median_abs_rel_error"].items()},
+    }
+
+
 def run_fidelity(
     sim: LearnedSimulator,
     logs: Logs,
@@ -73,18 +106,28 @@ def run_fidelity(
     seed: int = 0,
     episode: EpisodeConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    calibration: Mapping[str, Policy] | None = None,
+    evaluation: Mapping[str, Policy] | None = None,
+    command: str = "transferlab sim fidelity",
 ) -> dict[str, Any]:
-    """Compare, calibrate, compare again; write the report into ``out``; returns the summary."""
+    """Compare, calibrate on one panel, compare again on both; write the report into ``out``; returns
+    the summary (the evaluation panel's figures are the out-of-sample ones)."""
     say = progress or (lambda _msg: None)
     out = Path(out)
-    panel = policy_panel()
+    cal_panel = dict(calibration or policy_panel())
+    eval_panel = dict(evaluation or evaluation_panel())
+    check_disjoint(cal_panel, eval_panel)
     n_customers = int(logs.manifest["world"]["n_customers"])
     counts = np.bincount(logs.campaigns["action_index"].to_numpy(), minlength=len(CATALOG))
     world_markets = world_factory(logs.manifest)
-    say(f"the panel ({len(panel)} policies x {episodes} episodes) in the world")
-    world = evaluate_panel(world_markets, panel, episodes=episodes, seed=seed + 1, episode=episode)
+    say(f"the evaluation panel ({len(eval_panel)} policies x {2 * episodes} episodes) in the world")
+    world_eval = evaluate_panel(
+        world_markets, eval_panel, episodes=2 * episodes, seed=seed + 2, episode=episode
+    )
+    say(f"the calibration panel ({len(cal_panel)} policies x {episodes} episodes) in the world")
+    world_cal = evaluate_panel(world_markets, cal_panel, episodes=episodes, seed=seed + 1, episode=episode)
 
-    def in_sim(s: LearnedSimulator) -> Fidelity:
+    def in_sim(s: LearnedSimulator, panel: dict[str, Policy], world: Any) -> Fidelity:
         factory = lambda n, k: s.market(n_envs=n, n_customers=n_customers, seed=k)  # noqa: E731
         return fidelity(
             factory,
@@ -97,26 +140,41 @@ def run_fidelity(
             world_result=world,
         )
 
-    say("the panel in the learned simulator")
-    before = in_sim(sim)
-    say(f"deployment: the panel in the world again ({deploy_episodes} episodes each), results come back")
+    say("both panels in the learned simulator")
+    before, before_cal = in_sim(sim, eval_panel, world_eval), in_sim(sim, cal_panel, world_cal)
+    say(f"deployment: the calibration panel in the world again ({deploy_episodes} episodes each)")
     deployed = deployment_outcomes(
-        sim, logs.manifest, panel, episodes=deploy_episodes, seed=seed + 1000, episode=episode
+        sim, logs.manifest, cal_panel, episodes=deploy_episodes, seed=seed + 1000, episode=episode
     )
     calibrated = calibrate(sim, deployed.observed, deployed.predicted, totals=deployed.totals, seed=seed)
-    say("the panel in the calibrated simulator")
-    after = in_sim(calibrated)
+    say("both panels in the calibrated simulator")
+    after, after_cal = in_sim(calibrated, eval_panel, world_eval), in_sim(calibrated, cal_panel, world_cal)
+    agree_before = ranking_agreement(before.sim, world_eval, seed=seed)
+    agree_after = ranking_agreement(after.sim, world_eval, seed=seed)
     summary = {
+        "experiment": "simulator-fidelity",
+        "command": command,
+        "tau_before": agree_before["tau"],
+        "tau_after": agree_after["tau"],
+        "tau_ceiling": agree_before["tau_ceiling"],
+        "tau_ceiling_ci": agree_before["tau_ceiling_ci"],
+        "tau_ci": {"before": agree_before["tau_ci"], "after": agree_after["tau_ci"]},
+        "profit_error_before": before.summary()["median_abs_rel_error"]["profit"],
+        "profit_error_after": after.summary()["median_abs_rel_error"]["profit"],
+        "panels": {"calibration": list(cal_panel), "evaluation": list(eval_panel)},
         "episodes": episodes,
+        "world_episodes_evaluation": 2 * episodes,
         "deploy_episodes": deploy_episodes,
         "calibration_campaigns": len(deployed.observed),
         "calibration_level_shift": calibrated.report["calibration"][-1]["level_shift"],
         "before": before.summary(),
         "after": after.summary(),
+        "in_sample": {"before": before_cal.summary(), "after": after_cal.summary()},
     }
     _write_report(out, before, after, summary, calibrated)
     calibrated.save(out / "calibrated_sim")
     atomic_write_json(out / "fidelity.json", summary)
+    atomic_write_json(out / "result.json", summary)
     return summary
 
 
@@ -125,15 +183,34 @@ def _write_report(
 ) -> None:
     report = Report("Learned simulator vs the world: fidelity before and after calibration")
     report.paragraph(
-        f"{summary['before']['policies']} policies, {summary['episodes']} episodes each (30 decision "
-        "days, delayed effects settled), in the world continuing after the logged history and in the "
-        "simulator fitted on those logs. Calibration used the matured results of "
-        f"{summary['calibration_campaigns']} campaigns from a deployment of the same policies in the world "
-        "(other futures than the evaluation's)."
+        f"Scored out of sample: {summary['before']['policies']} evaluation policies, "
+        f"{summary['world_episodes_evaluation']} world episodes and {summary['episodes']} simulator "
+        "episodes each (30 decision days, delayed effects settled), in the world continuing after the "
+        "logged history and in the simulator fitted on those logs. Calibration used the matured "
+        f"results of {summary['calibration_campaigns']} campaigns from a deployment of the "
+        f"{len(summary['panels']['calibration'])} calibration-panel policies, none of which is in the "
+        "evaluation panel (and on other futures)."
+    )
+    ci_b, ci_a = summary["tau_ci"]["before"], summary["tau_ci"]["after"]
+    lo, hi = summary["tau_ceiling_ci"]
+    report.paragraph(
+        f"Kendall tau, simulator vs world, on the evaluation panel: before calibration "
+        f"{summary['tau_before']:.3f} [{ci_b[0]:.3f}, {ci_b[1]:.3f}], after {summary['tau_after']:.3f} "
+        f"[{ci_a[0]:.3f}, {ci_a[1]:.3f}]. The world against itself (two halves of its episodes): "
+        f"{summary['tau_ceiling']:.3f} [{lo:.3f}, {hi:.3f}], the noise ceiling. Median relative error of "
+        f"profit per episode: {summary['profit_error_before']:.1%} before, "
+        f"{summary['profit_error_after']:.1%} after. 95% bootstrap intervals over episodes."
     )
     report.heading("Headline")
-    rows = [{"": "before", **_headline(before)}, {"": "after", **_headline(after)}]
+    ins = summary["in_sample"]
+    rows = [
+        {"": "evaluation panel, before", **_headline(before)},
+        {"": "evaluation panel, after", **_headline(after)},
+        {"": "calibration panel, before (in-sample)", **_short(ins["before"])},
+        {"": "calibration panel, after (in-sample)", **_short(ins["after"])},
+    ]
     report.table(rows)
+    report.code(summary["command"])
     report.heading("Do the two markets rank the policies alike?")
     report.figure(_scatter(before, after), "sim_vs_world", "Each point is one policy.")
     table = before.table[

@@ -105,3 +105,37 @@ def policy_panel() -> dict[str, Policy]:
         "every3_all_20": sched(3, 0.2, "all", 60.0),
         "daily_all_30": sched(1, 0.3, "all", 60.0),
     }
+
+
+def evaluation_panel() -> dict[str, Policy]:
+    """The held-out panel fidelity is scored on: 21 policies, none of them in :func:`policy_panel`
+    (whose deployment calibrates the simulator). Near-ties (the same offer at three hours of the day,
+    every 2 vs every 3 days), rarely logged actions (pushes without a discount, 30% to one segment),
+    and a more exploring marketer."""
+
+    def sched(every: int, d: float, seg: str, budget: float = 20.0, hour: int = 20) -> Schedule:
+        return Schedule(every, CampaignAction(d, hour, seg, budget))
+
+    return {
+        "weekly_all_10": sched(7, 0.1, "all"),
+        "weekly_all_10_morning": sched(7, 0.1, "all", hour=9),
+        "weekly_all_10_noon": sched(7, 0.1, "all", hour=13),
+        "every2_all_5": sched(2, 0.05, "all"),
+        "every2_bargain_5": sched(2, 0.05, "bargain"),
+        "every2_loyal_5": sched(2, 0.05, "loyal"),
+        "every3_loyal_10": sched(3, 0.1, "loyal"),
+        "every4_all_10": sched(4, 0.1, "all"),
+        "every5_premium_10": sched(5, 0.1, "premium"),
+        "weekly_premium_20": sched(7, 0.2, "premium"),
+        "weekly_bargain_20_big": sched(7, 0.2, "bargain", 60.0),
+        "weekly_loyal_30": sched(7, 0.3, "loyal"),
+        "daily_bargain_5": sched(1, 0.05, "bargain"),
+        "daily_premium_5_noon": sched(1, 0.05, "premium", hour=13),
+        "every3_all_10_big": sched(3, 0.1, "all", 60.0),
+        "every5_all_30": sched(5, 0.3, "all", 60.0),
+        "every10_all_20": sched(10, 0.2, "all"),
+        "biweekly_casual_20": sched(14, 0.2, "casual"),
+        "every3_bargain_30_morning": sched(3, 0.3, "bargain", hour=9),
+        "every2_all_push": sched(2, 0.0, "all"),
+        "marketer_explore_30": Marketer(MarketerPolicy(epsilon=0.3)),
+    }
