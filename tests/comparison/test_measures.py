@@ -17,7 +17,10 @@ def test_offline_summary_of_the_committed_result() -> None:
     o = offline_summary(data)
     pol = data["main"]["policies"]
     assert o["chosen"] == data["main"]["selection"]["chosen"]
-    assert o["gain"] == pytest.approx(
-        pol[o["chosen"]]["world"]["estimate"] - pol["marketer"]["world"]["estimate"]
+    paired = next(
+        c for c in data["comparisons"] if c["name"] == "selected - marketer" and c["cluster"] == "seed"
     )
+    assert o["gain"] == pytest.approx(paired["estimate"]) and o["gain_ci"] == paired["ci"]
+    assert o["gain_seeds"] == len(data["seeds"]) >= 3
+    assert set(o["chosen_by_seed"].values()) <= set(pol)
     assert o["ope_half_width_median"] > 0 and 0 <= o["trusted"] <= o["learners"]

@@ -85,34 +85,57 @@ def _coverage(trusted: bool, reason: str | None = None) -> Coverage:
     )
 
 
-def _row(name: str, world: float, ope_iv: Interval | None = None, trusted: bool = True) -> PolicyRow:
+def _row(name: str, world: float, gain: Interval | None = None, trusted: bool = True) -> PolicyRow:
+    """A policy row; ``gain`` is its OPE gain over the behaviour policy (its value interval is made up)."""
     w = _iv(world, world - 1.0, world + 1.0)
     result = None
-    if ope_iv is not None:
-        result = OpeResult({"sndr": ope_iv, "ips": ope_iv}, _coverage(trusted, f"{name} lacks support"))
+    if gain is not None:
+        value = _iv(20.0, 19.0, 21.0)
+        gains = {"sndr": gain, "ips": gain}
+        result = OpeResult({"sndr": value, "ips": value}, _coverage(trusted, f"{name} lacks support"), gains)
     return PolicyRow(name, w, w, w, None, result, np.array([world]))
 
 
-def test_select_policy_picks_the_highest_lower_bound_not_the_highest_estimate() -> None:
+def test_select_policy_picks_the_highest_lower_bound_of_the_gain_not_the_highest_gain() -> None:
     rows = [
-        _row("wide", world=3.0, ope_iv=_iv(10.0, 1.0, 19.0)),  # best estimate, poor lower bound
-        _row("narrow", world=4.0, ope_iv=_iv(6.0, 5.0, 7.0)),
+        _row("wide", world=3.0, gain=_iv(10.0, 1.0, 19.0)),  # best estimate, poor lower bound
+        _row("narrow", world=6.0, gain=_iv(3.0, 2.0, 4.0)),
         _row("marketer", world=5.0),
-        _row("no_campaign", world=2.0),
     ]
     s = select_policy(rows, "sndr", fallback="marketer")
     assert s.chosen == "narrow" and s.by == "sndr"
-    assert s.lower_bounds == {"wide": 1.0, "narrow": 5.0}
+    assert s.lower_bounds == {"wide": 1.0, "narrow": 2.0}
     assert s.refused == {}
-    # regret over the candidates and the fallback (no_campaign has no OPE, so is not in the pool)
-    assert s.best_in_world == "marketer"
-    assert s.regret == pytest.approx(5.0 - 4.0)
+    assert s.best_in_world == "narrow" and s.regret == 0.0
+
+
+def test_select_policy_keeps_the_behaviour_when_no_gain_is_above_zero() -> None:
+    rows = [
+        _row("a", world=7.0, gain=_iv(4.0, -0.5, 8.5)),  # likely better, not shown to be
+        _row("b", world=4.0, gain=_iv(-1.0, -2.0, 0.0)),
+        _row("marketer", world=5.0),
+    ]
+    s = select_policy(rows, "sndr", fallback="marketer")
+    assert s.chosen == "marketer"
+    assert s.lower_bounds == {"a": -0.5, "b": -2.0}
+    # regret over the candidates and the behaviour: a was better in the world
+    assert s.best_in_world == "a" and s.regret == pytest.approx(7.0 - 5.0)
+
+
+def test_select_policy_chooses_no_campaign_when_nothing_else_beats_it() -> None:
+    rows = [
+        _row("discrete_cql", world=4.0, gain=_iv(0.5, -1.0, 2.0)),
+        _row("marketer", world=5.0),
+        _row("no_campaign", world=6.0, gain=_iv(1.0, 0.4, 1.6)),
+    ]
+    s = select_policy(rows, "sndr", fallback="marketer")
+    assert s.chosen == "no_campaign" and s.regret == 0.0
 
 
 def test_select_policy_refuses_an_untrusted_candidate_with_the_best_bound() -> None:
     rows = [
-        _row("unsupported", world=9.0, ope_iv=_iv(20.0, 15.0, 25.0), trusted=False),
-        _row("supported", world=4.0, ope_iv=_iv(6.0, 5.0, 7.0)),
+        _row("unsupported", world=9.0, gain=_iv(20.0, 15.0, 25.0), trusted=False),
+        _row("supported", world=4.0, gain=_iv(2.0, 1.0, 3.0)),
         _row("marketer", world=5.0),
     ]
     s = select_policy(rows, "sndr", fallback="marketer")
@@ -126,8 +149,8 @@ def test_select_policy_refuses_an_untrusted_candidate_with_the_best_bound() -> N
 
 def test_select_policy_falls_back_to_the_behaviour_when_everything_is_refused() -> None:
     rows = [
-        _row("a", world=3.0, ope_iv=_iv(8.0, 7.0, 9.0), trusted=False),
-        _row("b", world=1.0, ope_iv=_iv(6.0, 5.0, 7.0), trusted=False),
+        _row("a", world=3.0, gain=_iv(8.0, 7.0, 9.0), trusted=False),
+        _row("b", world=1.0, gain=_iv(6.0, 5.0, 7.0), trusted=False),
         _row("marketer", world=2.5),
     ]
     s = select_policy(rows, "ips", fallback="marketer")
@@ -137,9 +160,9 @@ def test_select_policy_falls_back_to_the_behaviour_when_everything_is_refused() 
 
 
 def test_select_policy_refused_without_a_reason_says_no_support() -> None:
-    row = _row("x", world=1.0, ope_iv=_iv(1.0, 0.0, 2.0), trusted=False)
+    row = _row("x", world=1.0, gain=_iv(1.0, 0.5, 2.0), trusted=False)
     assert row.ope is not None
-    row.ope = OpeResult(row.ope.estimates, _coverage(False, reason=None))
+    row.ope = OpeResult(row.ope.estimates, _coverage(False, reason=None), row.ope.gains)
     s = select_policy([row, _row("marketer", 1.0)], "sndr", fallback="marketer")
     assert s.refused == {"x": "no support in the logs"}
 
@@ -147,6 +170,8 @@ def test_select_policy_refused_without_a_reason_says_no_support() -> None:
 def test_select_policy_rejects_an_unknown_estimator() -> None:
     with pytest.raises(ValueError, match=r"select_by='best'.*sndr"):
         select_policy([_row("marketer", 1.0)], "best", fallback="marketer")
+    with pytest.raises(ValueError, match=r"select_by='fqe' is not a bandit"):
+        select_policy([_row("marketer", 1.0)], "fqe", fallback="marketer")
 
 
 def test_ope_error_is_relative_to_the_world_and_fqe_to_the_discounted_world() -> None:
@@ -329,8 +354,13 @@ def test_evaluate_learners_rows_and_ope(
         assert row.world_returns.shape == (ev.config.episodes,)
         assert row.world.estimate == pytest.approx(row.world_returns.mean())
         assert row.sim is None
-    for name in ("marketer", "no_campaign"):
-        assert ev.row(name).ope is None
+    assert ev.row("marketer").ope is None
+    nothing = ev.row("no_campaign").ope  # doing nothing is a candidate: OPE and coverage, no FQE
+    assert (
+        nothing is not None
+        and "fqe" not in nothing.estimates
+        and set(nothing.gains) == set(BANDIT_ESTIMATORS)
+    )
     with pytest.raises(KeyError, match="no policy 'nope'"):
         ev.row("nope")
     # the selection is consistent with the rows
@@ -338,7 +368,8 @@ def test_evaluate_learners_rows_and_ope(
     assert s.by == "sndr"
     for name, low in s.lower_bounds.items():
         row = ev.row(name)
-        assert row.ope is not None and row.ope.trusted and low == row.ope.estimates["sndr"].low
+        assert row.ope is not None and row.ope.trusted and low == row.ope.gains["sndr"].low
+    assert s.chosen == ev.behaviour or s.lower_bounds[s.chosen] == max(s.lower_bounds.values()) > 0
     assert set(s.refused) == {r.name for r in ev.rows if r.ope is not None and not r.ope.trusted}
     assert s.regret == pytest.approx(ev.row(s.best_in_world).world.estimate - ev.row(s.chosen).world.estimate)
     assert s.regret >= 0.0
@@ -354,15 +385,25 @@ def test_evaluation_to_dict_is_json_and_the_table_flags_untrusted(
     d = json.loads(json.dumps(ev.to_dict()))
     assert set(d) == {"unit", "n_rows", "n_episodes", "behaviour", "logged_value", "policies", "selection"}
     assert d["unit"] == f"{HORIZON}-day return (reward units)"
-    assert set(d["selection"]) == {"by", "chosen", "lower_bounds", "refused", "best_in_world", "regret"}
+    assert set(d["selection"]) == {
+        "by",
+        "chosen",
+        "lower_bounds",
+        "refused",
+        "best_in_world",
+        "regret",
+        "rule",
+    }
     assert set(d["policies"]) == {"discrete_bc", "td3_plus_bc", "marketer", "no_campaign"}
     for name, entry in d["policies"].items():
         learned = name in ("discrete_bc", "td3_plus_bc")
         base = {"world", "world_discounted", "world_settled", "sim"}
-        assert set(entry) == (base | {"ope", "ope_relative_error", "coverage"} if learned else base)
+        with_ope = base | {"ope", "ope_relative_error", "ope_gain", "coverage"}
+        assert set(entry) == (with_ope if name != "marketer" else base)
         assert set(entry["world"]) == {"estimate", "low", "high"} and entry["sim"] is None
         if learned:
             assert set(entry["ope"]) == set(OPE_ESTIMATORS) == set(entry["ope_relative_error"])
+        if name != "marketer":
             assert set(entry["coverage"]) == {
                 "ess",
                 "ess_share",
@@ -376,7 +417,7 @@ def test_evaluation_to_dict_is_json_and_the_table_flags_untrusted(
     untrusted = [r for r in ev.rows if r.ope is not None and not r.ope.trusted]
     for r in ev.rows:
         assert r.name in table
-        assert r.ope is None or f"FQE {r.name}:" in table
+        assert r.ope is None or "fqe" not in r.ope.estimates or f"FQE {r.name}:" in table
     for r in untrusted:
         assert r.ope is not None
         assert f"UNTRUSTWORTHY {r.name}: {r.ope.coverage.reason}" in table
@@ -454,28 +495,30 @@ def test_evaluate_learners_flags_a_policy_without_any_overlap(logs: Logs, datase
     assert "UNTRUSTWORTHY never" in ev.format_table()
 
 
-def test_select_by_fqe_needs_fqe(logs: Logs, dataset: OfflineDataset) -> None:
-    with pytest.raises(ValueError, match="select_by='fqe' needs FQE"):
-        evaluate_learners(logs, dataset, {}, OfflineEvalConfig(n_boot=100, select_by="fqe", fqe_steps=0))
+def test_select_by_fqe_is_refused(logs: Logs, dataset: OfflineDataset) -> None:
+    # the gain over the behaviour policy is paired on the logged days, which FQE does not estimate
+    with pytest.raises(ValueError, match="select_by='fqe' is not a bandit OPE estimator"):
+        evaluate_learners(logs, dataset, {}, OfflineEvalConfig(n_boot=100, select_by="fqe"))
 
 
 def test_evaluate_learners_rejects_an_unknown_select_by(logs: Logs, dataset: OfflineDataset) -> None:
     cfg = OfflineEvalConfig(n_boot=100, select_by="best")
-    with pytest.raises(ValueError, match="select_by='best' is not an OPE estimator"):
+    with pytest.raises(ValueError, match="select_by='best' is not a bandit OPE estimator"):
         evaluate_learners(logs, dataset, {}, cfg)
 
 
 def test_format_table_flags_each_untrusted_policy() -> None:
     rows = [
-        _row("bad", world=9.0, ope_iv=_iv(20.0, 15.0, 25.0), trusted=False),
-        _row("good", world=4.0, ope_iv=_iv(6.0, 5.0, 7.0)),
+        _row("bad", world=9.0, gain=_iv(20.0, 15.0, 25.0), trusted=False),
+        _row("good", world=4.0, gain=_iv(6.0, 5.0, 7.0)),
         _row("marketer", world=5.0),
     ]
     s = select_policy(rows, "sndr", fallback="marketer")
     ev = OfflineEvaluation(rows, "marketer", _iv(5.0, 4.0, 6.0), s, OfflineEvalConfig(), 300, 10)
     table = ev.format_table()
     assert "UNTRUSTWORTHY bad: bad lacks support" in table and table.count("UNTRUSTWORTHY") == 1
-    assert "selected by the sndr lower bound: good; best in the world: bad; regret 5.00" in table
+    assert "selected by the sndr lower bound: good (the highest lower bound of the OPE gain" in table
+    assert "best in the world: bad; regret 5.00" in table
     d = json.loads(json.dumps(ev.to_dict()))
     assert d["selection"]["refused"] == {"bad": "bad lacks support"}
     assert d["policies"]["bad"]["coverage"]["trusted"] is False

@@ -13,7 +13,6 @@ import pytest
 
 from transferlab.offline.obd_ope import (
     ESTIMATORS,
-    OBD_MIN_ESS_SHARE,
     ObdOpeResult,
     click_model,
     evaluate_bts_on_random,
@@ -67,8 +66,8 @@ def test_click_model_is_smoothed_rate() -> None:
 
 # Measured on the men samples (seed 0): uniform random estimated from the BTS log, truth 0.0046
 # (the random log's CTR); dm 0.00659, ips 0.00301, snips 0.00319, dr 0.00316, sndr 0.00296,
-# switch_dr 0.00527; ESS 656 of 10,000 (6.6%), max weight 178. The generic ope.MIN_ESS_SHARE (1%)
-# would call this trustworthy; OBD_MIN_ESS_SHARE (10%) flags it.
+# switch_dr 0.00527; ESS 656 of 10,000 (6.6%), max weight 178: below ope.MIN_ESS_SHARE (10%, the one
+# threshold of the campaign and the OBD protocols), so it is flagged.
 DIRECTION_KEYS = {"truth", "truth_ci", "estimates", "coverage", "n", "behaviour", "target"}
 COVERAGE_KEYS = {"ess", "max_weight", "unsupported_mass", "trusted", "ess_share", "reason"}
 
@@ -117,7 +116,7 @@ def test_reverse_direction_is_flagged_when_the_log_concentrates(tmp_path: Path) 
         assert math.isfinite(iv.estimate) and iv.low <= iv.estimate <= iv.high, name
     cov = result["coverage"]
     assert cov.max_weight == pytest.approx(0.2 / 0.01)
-    assert cov.ess_share < OBD_MIN_ESS_SHARE
+    assert cov.ess_share < MIN_ESS_SHARE
     assert not cov.trustworthy and cov.reason is not None and "effective sample size" in cov.reason
 
 
@@ -161,5 +160,5 @@ def test_reverse_on_real_logs_is_flagged(shared_data: Callable[[str], Path]) -> 
     cov = result["coverage"]
     assert not cov.trustworthy, cov
     assert cov.max_weight > 100.0
-    # The generic threshold alone would not flag it: the OBD threshold is what does.
-    assert MIN_ESS_SHARE < cov.ess_share < OBD_MIN_ESS_SHARE
+    # the ESS is what flags it (6.6% of the rows, under the one threshold), not unsupported actions
+    assert 0.05 < cov.ess_share < MIN_ESS_SHARE and cov.unsupported_mass == 0.0

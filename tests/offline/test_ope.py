@@ -266,3 +266,45 @@ def test_validation_empty_and_coverage_checks() -> None:
         BanditData(np.array([], dtype=int), np.array([]), np.array([]), np.zeros((0, 2)))
     with pytest.raises(ValueError, match="pscore must lie"):
         ope.coverage(np.array([0]), np.array([0.0]), np.array([[1.0, 0.0]]))
+
+
+def test_gain_over_the_logging_policy_hand_computed(tiny: BanditData) -> None:
+    # mean logged reward (1 + 0 + 1) / 3; the gain is each estimate minus it, row by row for the means
+    logged = 2.0 / 3.0
+    for name, value in (("ips", 1.0), ("dr", 2.5 / 3.0), ("snips", 0.6), ("sndr", 1.0 / 3.0 + 0.3)):
+        gain = ope.bootstrap_gain(name, tiny, n_boot=200, seed=0)  # type: ignore[arg-type]
+        assert gain.estimate == pytest.approx(value - logged), name
+        assert gain.low <= gain.estimate <= gain.high
+    # IPS gain rows w*r - r: 0, 0, 1 -> the bootstrap draws only 0s and 1s of thirds
+    ips = ope.bootstrap_gain("ips", tiny, n_boot=500, seed=1)
+    assert ips.low >= 0.0 and ips.high <= 1.0
+
+
+def test_gain_of_the_logging_policy_itself_is_exactly_zero() -> None:
+    # the target is the logging policy: weights 1, IPS gain rows r - r = 0, a point interval
+    data = BanditData(
+        actions=np.array([0, 1, 1, 0]),
+        rewards=np.array([3.0, -1.0, 5.0, 0.0]),
+        pscore=np.array([0.5, 0.5, 0.5, 0.5]),
+        action_dist=np.full((4, 2), 0.5),
+        q_hat=np.zeros((4, 2)),
+    )
+    for name in ("ips", "snips"):
+        gain = ope.bootstrap_gain(name, data, n_boot=200, seed=0)  # type: ignore[arg-type]
+        assert gain.estimate == pytest.approx(0.0) and gain.low == pytest.approx(0.0)
+        assert gain.high == pytest.approx(0.0)
+
+
+def test_a_paired_gain_is_narrower_than_the_values_it_subtracts() -> None:
+    # shared noise: each day's reward swings by +-10 for every action; the target is +1 everywhere
+    rng = np.random.default_rng(0)
+    n = 400
+    swing = rng.choice([-10.0, 10.0], size=n)
+    actions = rng.integers(0, 2, size=n)
+    q = np.column_stack([swing, swing + 1.0])
+    rewards = q[np.arange(n), actions]
+    data = BanditData(actions, rewards, np.full(n, 0.5), np.tile([0.0, 1.0], (n, 1)), q)
+    value = ope.bootstrap_estimate("dr", data, n_boot=500, seed=0)
+    gain = ope.bootstrap_gain("dr", data, n_boot=500, seed=0)
+    assert gain.high - gain.low < (value.high - value.low) / 5
+    assert gain.low > 0.0  # the +0.5 gain over a 50/50 logging policy is detected

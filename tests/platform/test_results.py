@@ -152,3 +152,26 @@ def test_the_schema_rejects_reversed_intervals_unknown_clusters_and_missing_figu
     with pytest.raises(ValueError, match="n_episodes"):
         result(arms={"sft": {"held_out_success": {"estimate": 0.1, "ci": [0.0, 0.2]}}})
     assert Arm(held_out_success=Estimate(estimate=0.5, ci=(0.4, 0.6)), n_episodes=4).n_episodes == 4
+
+
+def test_a_paired_comparison_differences_item_by_item() -> None:
+    from transferlab.platform.results import paired_comparison
+
+    # the same 3 world futures per seed under two policies; b - a per item: seed 0: 1, 1, 1; seed 1: 2, 2, 2
+    a = [10.0, -5.0, 30.0, 8.0, 0.0, -20.0]
+    b = [11.0, -4.0, 31.0, 10.0, 2.0, -18.0]
+    seeds = [0, 0, 0, 1, 1, 1]
+    c = paired_comparison("b - a", a, b, seeds, cluster="seed")
+    assert c.estimate == pytest.approx(1.5) and c.n_clusters == 2
+    # the bootstrap draws seeds: every replicate is 1, 1.5 or 2
+    assert c.ci[0] >= 1.0 - 1e-12 and c.ci[1] <= 2.0 + 1e-12
+    assert c.mde == pytest.approx(mde(*c.ci))
+    # unpaired (clusters paired, items not) the shared noise of the futures swamps the difference
+    loose = comparison("b - a", a, seeds, b, seeds, cluster="seed", paired=True)
+    assert loose.ci[1] - loose.ci[0] > 10 * (c.ci[1] - c.ci[0])
+    episodes = paired_comparison(
+        "b - a", a, b, list(zip(seeds, range(6), strict=True)), cluster="seed+episode"
+    )
+    assert episodes.n_clusters == 6
+    with pytest.raises(ValueError, match="one a, one b and one cluster label per item"):
+        paired_comparison("x", a, b[:-1], seeds, cluster="seed")

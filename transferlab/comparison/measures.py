@@ -25,9 +25,18 @@ from transferlab.platform.measures import (
 )
 
 
+def _paired_gain(result: Mapping[str, Any], behaviour: str) -> dict[str, Any] | None:
+    """The selection's world gain over the behaviour policy, paired and clustered by training seed."""
+    for c in result.get("comparisons", []):
+        if c["name"] == f"selected - {behaviour}" and c["cluster"] == "seed":
+            return dict(c)
+    return None
+
+
 def offline_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     """From the offline RL ``result.json``: the chosen policy, its gain over the behaviour policy in the
-    world, and the spread (95% interval half-width) and error of the selecting OPE estimator."""
+    world (paired over training seeds when the result has them, with its interval and MDE), and the
+    spread (95% interval half-width) and error of the selecting OPE estimator over the learners."""
     main = result["main"]
     by = str(main["selection"]["by"])
     chosen = str(main["selection"]["chosen"])
@@ -35,7 +44,8 @@ def offline_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     pol = main["policies"]
     world = pol[chosen]["world"]
     base = pol[behaviour]["world"]
-    learners = [k for k, v in pol.items() if by in v.get("ope", {})]
+    learners = [k for k, v in pol.items() if by in v.get("ope", {}) and k != "no_campaign"]
+    paired = _paired_gain(result, behaviour)
     half = [(pol[k]["ope"][by]["high"] - pol[k]["ope"][by]["low"]) / 2 for k in learners]
     rel = [pol[k]["ope_relative_error"][by] for k in learners]
     trusted = [k for k in learners if pol[k]["coverage"]["trusted"]]
@@ -43,7 +53,11 @@ def offline_summary(result: Mapping[str, Any]) -> dict[str, Any]:
         "estimator": by,
         "chosen": chosen,
         "behaviour": behaviour,
-        "gain": float(world["estimate"] - base["estimate"]),
+        "gain": float(paired["estimate"] if paired else world["estimate"] - base["estimate"]),
+        "gain_ci": paired["ci"] if paired else None,
+        "gain_mde": paired["mde"] if paired else None,
+        "gain_seeds": paired["n_clusters"] if paired else 1,
+        "chosen_by_seed": dict(result.get("selected_by_seed", {chosen: chosen})),
         "chosen_world": float(world["estimate"]),
         "behaviour_world": float(base["estimate"]),
         "ope_half_width_median": float(np.median(half)),
@@ -75,10 +89,19 @@ def measure_offline(results_dir: str | Path, market: Mapping[str, Measure], say:
         f"median 95% bootstrap half-width of the {o['estimator']} OPE estimate "
         f"over {o['learners']} policies ({src})",
     )
+    interval = (
+        f"; 95% CI [{o['gain_ci'][0]:+.2f}, {o['gain_ci'][1]:+.2f}] over {o['gain_seeds']} training seeds, "
+        f"MDE {o['gain_mde']:.2f}"
+        if o["gain_ci"]
+        else ""
+    )
     gain = Measure(
         o["gain"],
         "return",
-        f"world 30-day return of the OPE-chosen policy ({o['chosen']}) minus the behaviour policy ({src})",
+        "world 30-day return of the policy the OPE selection chose minus the behaviour policy, paired on "
+        f"the same world futures (chosen: {', '.join(sorted(set(o['chosen_by_seed'].values())))}{interval}; "
+        f"{src})",
+        {"low": o["gain_ci"][0], "high": o["gain_ci"][1]} if o["gain_ci"] else {},
     )
     pol = data["main"]["policies"]
     bc = pol.get("discrete_bc", {}).get("world", {}).get("estimate", float("nan"))

@@ -228,7 +228,15 @@ def report_command(
             "--preset", help="'quick' (about a minute, a smoke test) or 'full' (the committed report)."
         ),
     ] = "full",
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed of learners and evaluation.")] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="Training seeds of the main comparison, comma-separated (default: the preset's; full: "
+            "0,1,2).",
+            show_default=False,
+        ),
+    ] = None,
     obd: Annotated[
         Path | None,
         typer.Option(
@@ -250,8 +258,12 @@ def report_command(
 
     try:
         cfg = get_preset(preset)  # type: ignore[arg-type]
-        if seed is not None:
-            cfg = ComparisonConfig.from_dict({**cfg.to_dict(), "seed": seed})
+        if seeds is not None:
+            try:
+                parsed = [int(x) for x in seeds.split(",") if x.strip()]
+            except ValueError:
+                fail(f"--seeds must be comma-separated integers like 0,1,2, got {seeds!r}")
+            cfg = ComparisonConfig.from_dict({**cfg.to_dict(), "seeds": parsed})
     except (ConfigError, ValueError) as exc:
         fail(str(exc))
     obd_files = None
@@ -264,12 +276,18 @@ def report_command(
         if missing:
             fail(f"--obd: {', '.join(missing)} not found; give the folder holding random/ and bts/")
     with fraction_progress(quiet=as_json) as progress:
-        result = run_comparison(cfg, out, progress=progress, obd=obd_files)
+        command = f"transferlab offline report --preset {preset}" + (f" --seeds {seeds}" if seeds else "")
+        command += (f" --obd {obd}" if obd is not None else "") + f" --out {out}"
+        result = run_comparison(cfg, out, progress=progress, obd=obd_files, command=command)
     if as_json:
         print(json.dumps({"out": str(out), **result}))
         return
-    sel = result["main"]["selection"]
-    print(
-        f"selected by the {sel['by']} lower bound: {sel['chosen']} (regret in the world {sel['regret']:.2f})"
-    )
+    from transferlab.platform.results import Comparison
+
+    chosen = ", ".join(f"seed {k}: {v}" for k, v in result["selected_by_seed"].items())
+    print(f"selected by the {result['main']['selection']['by']} rule: {chosen}")
+    for raw in result["comparisons"]:
+        c = Comparison.model_validate(raw)
+        if c.name.startswith("selected - ") and c.cluster == "seed":
+            print(c.sentence(unit="return", scale=1))
     print(f"report: {out / 'report.md'}")

@@ -38,10 +38,12 @@ from pydantic import Field
 
 from transferlab.offline.datasets import OfflineDataset, continuous_to_catalog
 from transferlab.offline.ope import (
+    MIN_ESS_SHARE,
     BanditData,
     Coverage,
     Estimator,
     bootstrap_estimate,
+    bootstrap_gain,
     coverage,
 )
 from transferlab.platform.config import BaseConfig
@@ -94,11 +96,12 @@ class OfflineEvalConfig(BaseConfig):
         "gamma=1 over 30 days d3rlpy's FQE diverged or had not converged in 5000 steps on these logs.",
     )
     min_ess_share: float = Field(
-        0.05,
+        MIN_ESS_SHARE,
         gt=0,
         le=1,
-        description="Coverage fails below this effective sample size (share of the logged days): a "
-        "campaign's day reward is noisy, so a handful of matching days cannot carry an estimate.",
+        description="Coverage fails below this effective sample size (share of the logged days). The "
+        "default is the one threshold of every OPE protocol here (ope.MIN_ESS_SHARE, also OBD's), fixed "
+        "before the evaluation it gates.",
     )
     select_by: str = Field(
         "sndr", description="The OPE estimator whose lower bound picks the policy (one of OPE_ESTIMATORS)."
@@ -206,6 +209,8 @@ class OpeResult:
 
     estimates: dict[str, Interval]
     coverage: Coverage
+    gains: dict[str, Interval] = field(default_factory=dict)
+    """Each bandit estimator's value minus the behaviour policy's, paired on the logged days."""
 
     @property
     def trusted(self) -> bool:
@@ -234,6 +239,26 @@ def bandit_ope(
             out[name] = Interval(float("nan"), float("nan"), float("nan"), config.level, len(dataset))
             continue
         iv = bootstrap_estimate(
+            name, data, n_boot=config.n_boot, level=config.level, seed=config.seed, tau=config.switch_tau
+        )
+        out[name] = Interval(iv.estimate * h, iv.low * h, iv.high * h, iv.level, iv.n)
+    return out
+
+
+def bandit_gains(
+    dataset: OfflineDataset, action_dist: FloatArray, q_table: FloatArray, config: OfflineEvalConfig
+) -> dict[str, Interval]:
+    """Each bandit estimator's gain over the behaviour policy (the logged rewards), paired on the same
+    logged days, times the horizon; NaN where the self-normalised estimators are undefined."""
+    data = BanditData(dataset.actions, dataset.rewards, dataset.propensity, action_dist, q_table)
+    h = float(dataset.config.horizon)
+    overlap = bool(np.any(action_dist[np.arange(len(dataset)), dataset.actions] > 0))
+    out: dict[str, Interval] = {}
+    for name in BANDIT_ESTIMATORS:
+        if not overlap and name in ("snips", "sndr"):
+            out[name] = Interval(float("nan"), float("nan"), float("nan"), config.level, len(dataset))
+            continue
+        iv = bootstrap_gain(
             name, data, n_boot=config.n_boot, level=config.level, seed=config.seed, tau=config.switch_tau
         )
         out[name] = Interval(iv.estimate * h, iv.low * h, iv.high * h, iv.level, iv.n)
@@ -407,7 +432,11 @@ class PolicyRow:
 
 @dataclass
 class Selection:
-    """What :func:`select_policy` picked, what it refused and why, and the regret in the world."""
+    """What :func:`select_policy` picked, what it refused and why, and the regret in the world.
+
+    ``lower_bounds`` are the lower bounds of each supported candidate's OPE gain over the behaviour
+    policy; ``chosen`` is the behaviour policy ("keep what you do now") when none is above zero.
+    """
 
     chosen: str
     by: str
@@ -415,26 +444,34 @@ class Selection:
     refused: dict[str, str]
     best_in_world: str
     regret: float
+    rule: str = "the highest lower bound of the OPE gain over the behaviour policy, if above zero"
 
 
 def select_policy(rows: list[PolicyRow], by: str, fallback: str) -> Selection:
-    """Highest OPE lower bound among supported candidates; ``fallback`` (the behaviour policy) if none.
+    """Among the candidates the logs support, the one with the highest lower bound of its OPE gain over
+    the behaviour policy ``fallback`` (paired on the logged days) when that bound is above zero; else
+    ``fallback`` itself: a policy is only chosen over what the shop does now when the logs show it
+    is better.
 
-    Candidates are the rows with OPE; regret = best world value among candidates and fallback minus
-    the chosen one's world value.
+    Candidates are the rows with OPE (learned policies and doing nothing); regret = the best world
+    value among candidates and ``fallback`` minus the chosen one's world value.
     """
-    if by not in OPE_ESTIMATORS:
-        raise ValueError(f"select_by={by!r} is not an OPE estimator; use one of {', '.join(OPE_ESTIMATORS)}")
+    if by not in BANDIT_ESTIMATORS:
+        raise ValueError(
+            f"select_by={by!r} is not a bandit OPE estimator (the gain over the behaviour policy is paired "
+            f"on the logged days); use one of {', '.join(BANDIT_ESTIMATORS)}"
+        )
     lower: dict[str, float] = {}
     refused: dict[str, str] = {}
     for r in rows:
-        if r.ope is None or by not in r.ope.estimates:
+        if r.ope is None or by not in r.ope.gains:
             continue
         if not r.ope.trusted:
             refused[r.name] = r.ope.coverage.reason or "no support in the logs"
             continue
-        lower[r.name] = r.ope.estimates[by].low
-    chosen = max(lower, key=lambda k: lower[k]) if lower else fallback
+        lower[r.name] = r.ope.gains[by].low
+    best_low = max(lower, key=lambda k: lower[k]) if lower else None
+    chosen = best_low if best_low is not None and lower[best_low] > 0 else fallback
     pool = [r for r in rows if r.ope is not None or r.name == fallback]
     by_name = {r.name: r for r in rows}
     best = max(pool, key=lambda r: r.world.estimate)
@@ -479,6 +516,7 @@ class OfflineEvaluation:
                 c = r.ope.coverage
                 entry["ope"] = {k: iv(v) for k, v in r.ope.estimates.items()}
                 entry["ope_relative_error"] = {k: r.ope_error(k) for k in r.ope.estimates}
+                entry["ope_gain"] = {k: iv(v) for k, v in r.ope.gains.items()}
                 entry["coverage"] = {
                     "ess": c.ess,
                     "ess_share": c.ess_share,
@@ -503,6 +541,7 @@ class OfflineEvaluation:
                 "refused": s.refused,
                 "best_in_world": s.best_in_world,
                 "regret": s.regret,
+                "rule": s.rule,
             },
         }
 
@@ -533,8 +572,8 @@ class OfflineEvaluation:
                 lines.append(f"UNTRUSTWORTHY {r.name}: {r.ope.coverage.reason}")
         s = self.selection
         lines.append(
-            f"selected by the {s.by} lower bound: {s.chosen}; best in the world: {s.best_in_world}; "
-            f"regret {s.regret:.2f}"
+            f"selected by the {s.by} lower bound: {s.chosen} ({s.rule}); best in the world: "
+            f"{s.best_in_world}; regret {s.regret:.2f}"
         )
         lines.append(
             f"(values: {self.config.episode.horizon}-day return; world/sim over {self.config.episodes} "
@@ -560,12 +599,11 @@ def evaluate_learners(
     from transferlab.simulator.policies import Marketer, NoCampaign
 
     config = config or OfflineEvalConfig()
-    if config.select_by not in OPE_ESTIMATORS:
+    if config.select_by not in BANDIT_ESTIMATORS:
         raise ValueError(
-            f"select_by={config.select_by!r} is not an OPE estimator; use one of {', '.join(OPE_ESTIMATORS)}"
+            f"select_by={config.select_by!r} is not a bandit OPE estimator; use one of "
+            f"{', '.join(BANDIT_ESTIMATORS)}"
         )
-    if config.select_by == "fqe" and config.fqe_steps == 0:
-        raise ValueError("select_by='fqe' needs FQE: set fqe_steps > 0 or select by another estimator")
     if config.episode.horizon != dataset.config.horizon:
         config = config.model_copy(
             update={"episode": config.episode.model_copy(update={"horizon": dataset.config.horizon})}
@@ -611,7 +649,14 @@ def evaluate_learners(
                 mdp_cache[learner.kind] = dataset.to_mdp(learner.kind)  # type: ignore[arg-type]
             estimates["fqe"] = fqe_value(learner, dataset, mdp_cache[learner.kind], config)
         cov = coverage(dataset.actions, dataset.propensity, dist, min_ess_share=config.min_ess_share)
-        ope[name] = OpeResult(estimates, cov)
+        ope[name] = OpeResult(estimates, cov, bandit_gains(dataset, dist, q_table, config))
+    for name, policy in base.items():
+        if isinstance(policy, NoCampaign):  # a candidate too: "stop the campaigns" is an answer
+            dist = one_hot(np.zeros(len(dataset), dtype=np.int64), len(CATALOG))
+            cov = coverage(dataset.actions, dataset.propensity, dist, min_ess_share=config.min_ess_share)
+            ope[name] = OpeResult(
+                bandit_ope(dataset, dist, q_table, config), cov, bandit_gains(dataset, dist, q_table, config)
+            )
     say("evaluated", 1.0)
     rows = []
     for k, name in enumerate(policies):

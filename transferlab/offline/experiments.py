@@ -21,15 +21,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from transferlab.offline.datasets import DatasetConfig, OfflineDataset, from_logs
-from transferlab.offline.evaluate import OfflineEvalConfig, OfflineEvaluation, evaluate_learners, quiet_d3rlpy
+from transferlab.offline.evaluate import (
+    FloatArray,
+    OfflineEvalConfig,
+    OfflineEvaluation,
+    evaluate_learners,
+    quiet_d3rlpy,
+)
 from transferlab.offline.learners import DISCRETE, LEARNERS
 from transferlab.offline.train import OfflineTrainConfig, train_learners
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve
+from transferlab.platform.results import Comparison, paired_comparison
 from transferlab.simulator.market import CATALOG
 
 Progress = Callable[[str, float], None]
@@ -52,10 +59,22 @@ class ComparisonConfig(BaseConfig):
     )
     steps: int = Field(3000, ge=1, description="Gradient steps per learner.")
     simulator: bool = Field(True, description="Fit a simulator on the first shop's logs and evaluate in it.")
-    seed: int = Field(0, ge=0, description="Seed of learners and evaluation.")
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1, 2],
+        min_length=1,
+        description="Training seeds of the main comparison (every learner trained once per seed and "
+        "judged on the same world futures); the sweep uses the first.",
+    )
     evaluation: OfflineEvalConfig = Field(
         default_factory=OfflineEvalConfig, description="Evaluation settings."
     )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
+        return seeds
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -68,6 +87,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sweep_learners": ["discrete_cql"],
         "steps": 100,
         "simulator": False,
+        "seeds": [0, 1],
         "evaluation": {"episodes": 4, "n_boot": 200, "fqe_steps": 100},
     },
     "full": {},
@@ -105,35 +125,68 @@ def catalog_share(dataset: OfflineDataset) -> float:
 
 def _run_one(
     config: ComparisonConfig,
-    epsilon: float,
+    logs: list[Any],
+    dataset: OfflineDataset,
     learners: list[str],
-    simulator: bool,
+    simulator: Any | None,
+    seed: int,
     progress: Progress | None,
-) -> tuple[OfflineDataset, OfflineEvaluation]:
+) -> OfflineEvaluation:
+    """Train ``learners`` with ``seed`` on ``dataset`` and evaluate them; the evaluation's world futures
+    come from ``config.evaluation.seed`` alone, so every seed and policy meets the same futures."""
+    train_cfg = OfflineTrainConfig(learners=learners, steps=config.steps, seed=seed, dataset=DatasetConfig())
+    learned, _ = train_learners(dataset, train_cfg, progress=_sub(progress, 0.0, 0.5))
+    return evaluate_learners(
+        logs, dataset, learned, config.evaluation, sim=simulator, progress=_sub(progress, 0.5, 1.0)
+    )
+
+
+def _logs_and_dataset(config: ComparisonConfig, epsilon: float) -> tuple[list[Any], OfflineDataset]:
     logs = make_logs(config, epsilon)
-    train_cfg = OfflineTrainConfig(
-        learners=learners, steps=config.steps, seed=config.seed, dataset=DatasetConfig()
-    )
-    dataset = from_logs(logs, train_cfg.dataset)
-    sub = _sub(progress, 0.0, 0.5)
-    learned, _ = train_learners(dataset, train_cfg, progress=sub)
-    sim = None
-    if simulator:
-        from transferlab.simulator.learned import LearnedSimulator
-
-        sim = LearnedSimulator.fit(logs[0])
-    ev_cfg = config.evaluation.model_copy(update={"seed": config.seed})
-    return dataset, evaluate_learners(
-        logs, dataset, learned, ev_cfg, sim=sim, progress=_sub(progress, 0.5, 1.0)
-    )
+    return logs, from_logs(logs, DatasetConfig())
 
 
-def sweep_rows(epsilon: float, dataset: OfflineDataset, ev: OfflineEvaluation) -> list[dict[str, Any]]:
+def paired_comparisons(evaluations: dict[int, OfflineEvaluation]) -> list[Comparison]:
+    """Every policy, and the selection, minus the behaviour policy and minus doing nothing, on the same
+    world futures (common random numbers): per-episode differences, intervals clustered by training
+    seed (primary) and by (seed, episode). ``selected`` is whatever the selection chose in each seed."""
+    first = next(iter(evaluations.values()))
+    names = [r.name for r in first.rows] + ["selected"]
+    bases = [b for b in (first.behaviour, "no_campaign") if b in {r.name for r in first.rows}]
+
+    def returns(ev: OfflineEvaluation, name: str) -> FloatArray:
+        return ev.row(ev.selection.chosen if name == "selected" else name).world_returns
+
+    out: list[Comparison] = []
+    for name in names:
+        for base in bases:
+            if name == base:
+                continue
+            a: list[float] = []
+            b: list[float] = []
+            seeds: list[int] = []
+            episodes: list[tuple[int, int]] = []
+            for seed, ev in evaluations.items():
+                ra, rb = returns(ev, base), returns(ev, name)
+                a += ra.tolist()
+                b += rb.tolist()
+                seeds += [seed] * len(ra)
+                episodes += [(seed, i) for i in range(len(ra))]
+            for labels, cluster in ((seeds, "seed"), (episodes, "seed+episode")):
+                out.append(
+                    paired_comparison(f"{name} - {base}", a, b, labels, cluster=cluster)  # type: ignore[arg-type]
+                )
+    return out
+
+
+def sweep_rows(
+    epsilon: float, dataset: OfflineDataset, ev: OfflineEvaluation, learners: list[str]
+) -> list[dict[str, Any]]:
     """One row per learned policy of one sweep point."""
     marketer = ev.row(ev.behaviour).world
     rows = []
     for r in ev.rows:
-        if r.ope is None:
+        if r.ope is None or r.name not in learners:
             continue
         c = r.ope.coverage
         rows.append(
@@ -162,8 +215,10 @@ def run_comparison(
     progress: Progress | None = None,
     *,
     obd: tuple[Path, Path] | None = None,
+    command: str = "transferlab offline report",
 ) -> dict[str, Any]:
-    """Run the comparison and the sweep; write ``result.json`` and ``report.md/html`` to ``out``.
+    """Run the comparison (every learner once per training seed) and the sweep; write ``result.json``
+    and ``report.md/html`` to ``out``; ``command`` is recorded in both.
 
     ``obd`` (the random and the Bernoulli-TS Open Bandit logs of one campaign) adds the real-data
     OPE protocol, both directions, to the report.
@@ -176,23 +231,43 @@ def run_comparison(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     n_parts = 1 + len(config.sweep_epsilons)
+    n_parts = len(config.seeds) + len(config.sweep_epsilons)
     try:
-        dataset, main = _run_one(
-            config, config.epsilon, config.learners, config.simulator, _sub(progress, 0, 1 / n_parts)
-        )
+        logs, dataset = _logs_and_dataset(config, config.epsilon)
+        sim = None
+        if config.simulator:
+            from transferlab.simulator.learned import LearnedSimulator
+
+            sim = LearnedSimulator.fit(logs[0])
+        evaluations: dict[int, OfflineEvaluation] = {}
+        for i, seed in enumerate(config.seeds):
+            say = _sub(progress, i / n_parts, (i + 1) / n_parts)
+            if say is not None:
+                say(f"training seed {seed}", 0.0)
+            evaluations[seed] = _run_one(config, logs, dataset, config.learners, sim, seed, say)
         sweep: list[dict[str, Any]] = []
         for i, eps in enumerate(config.sweep_epsilons):
-            say = _sub(progress, (1 + i) / n_parts, (2 + i) / n_parts)
+            k = len(config.seeds) + i
+            say = _sub(progress, k / n_parts, (k + 1) / n_parts)
             if say is not None:
                 say(f"exploration sweep: epsilon {eps}", 0.0)
-            ds, ev = _run_one(config, eps, config.sweep_learners, False, say)
-            sweep.extend(sweep_rows(eps, ds, ev))
+            sweep_logs, ds = _logs_and_dataset(config, eps)
+            ev = _run_one(config, sweep_logs, ds, config.sweep_learners, None, config.seeds[0], say)
+            sweep.extend(sweep_rows(eps, ds, ev, config.sweep_learners))
     finally:
         torch.set_num_threads(threads)
+    main = evaluations[config.seeds[0]]
+    paired = paired_comparisons(evaluations)
     result: dict[str, Any] = {
+        "experiment": "offline-rl",
+        "command": command,
+        "seeds": list(config.seeds),
         "config": config.to_dict(),
         "main": main.to_dict(),
+        "main_by_seed": {str(seed): ev.to_dict() for seed, ev in evaluations.items()},
         "main_catalog_tried": catalog_share(dataset),
+        "comparisons": [c.model_dump(mode="json") for c in paired],
+        "selected_by_seed": {str(seed): ev.selection.chosen for seed, ev in evaluations.items()},
         "sweep": sweep,
     }
     if obd is not None:
@@ -201,10 +276,10 @@ def run_comparison(
 
         if progress is not None:
             progress("Open Bandit Dataset: both directions", 1.0)
-        result["obd"] = ope_obd(load_obd(obd[0]), load_obd(obd[1]), seed=config.seed)
+        result["obd"] = ope_obd(load_obd(obd[0]), load_obd(obd[1]), seed=config.seeds[0])
         result["obd_files"] = [str(obd[0]), str(obd[1])]
     atomic_write_json(out / "result.json", result)
-    write_comparison_report(config, dataset, main, sweep, out, obd=result.get("obd"))
+    write_comparison_report(config, dataset, main, sweep, out, obd=result.get("obd"), paired=result)
     return result
 
 
@@ -216,8 +291,10 @@ def write_comparison_report(
     out: Path,
     *,
     obd: dict[str, Any] | None = None,
+    paired: dict[str, Any] | None = None,
 ) -> None:
-    """The Markdown/HTML report of :func:`run_comparison`."""
+    """The Markdown/HTML report of :func:`run_comparison` (``paired``: its result, for the paired
+    comparisons over training seeds and the command)."""
     from transferlab.offline.report import add_evaluation
     from transferlab.platform.reports import Report, plot_curves
 
@@ -226,9 +303,12 @@ def write_comparison_report(
         f"Logs: {config.shops} shop(s) x {config.days} days, {config.n_customers} customers each, made by "
         f"the marketer with exploration epsilon {config.epsilon}: {len(dataset)} decision days in "
         f"{dataset.n_episodes} 30-day episodes; the logs tried {catalog_share(dataset):.0%} of the "
-        f"{len(CATALOG)} catalog actions. Each learner: {config.steps} gradient steps (d3rlpy), seed "
-        f"{config.seed}."
+        f"{len(CATALOG)} catalog actions. Each learner: {config.steps} gradient steps (d3rlpy), "
+        f"training seeds {', '.join(map(str, config.seeds))}; the tables below the paired "
+        f"comparison are seed {config.seeds[0]}'s."
     )
+    if paired is not None:
+        add_paired(report, paired)
     report.heading("All learners: world, simulator, OPE and coverage")
     add_evaluation(report, main)
     report.heading("The stated limit: exploration in the logs")
@@ -257,7 +337,45 @@ def write_comparison_report(
         )
     if obd is not None:
         add_obd(report, obd)
+    if paired is not None:
+        report.code(str(paired.get("command", "")))
     report.write(out)
+
+
+def paired_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """One row per policy: its world gain over the behaviour policy and over doing nothing (seed
+    clusters), each with its interval, MDE and verdict."""
+    by_policy: dict[str, dict[str, str]] = {}
+    for raw in comparisons:
+        c = Comparison.model_validate(raw)
+        if c.cluster != "seed":
+            continue
+        policy, base = c.name.split(" - ")
+        mde = f"MDE {c.mde:.2f}" if c.ci[1] > c.ci[0] else "no spread: the same returns in every resample"
+        cell = f"{c.estimate:+.2f} [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}] ({mde}): {c.verdict}"
+        by_policy.setdefault(policy, {"policy": policy})[f"minus {base}"] = cell
+    return list(by_policy.values())
+
+
+def add_paired(report: Any, result: dict[str, Any]) -> None:
+    """The section on every policy against the behaviour policy and doing nothing, over seeds."""
+    seeds = result["seeds"]
+    report.heading("Against what the shop does now, and against doing nothing")
+    report.paragraph(
+        f"World 30-day return differences, each policy and the behaviour policy (or no campaign) run on "
+        f"the same world futures (common random numbers), averaged over the episodes of "
+        f"{len(seeds)} training seeds ({', '.join(map(str, seeds))}); 95% two-stage bootstrap intervals "
+        "clustered by training seed; MDE = the smallest true difference that interval would detect with "
+        "80% power. A gain is stated only when its interval excludes zero. 'selected' is what the "
+        "selection rule chose in each seed: "
+        + ", ".join(f"seed {k}: {v}" for k, v in result["selected_by_seed"].items())
+        + "."
+    )
+    report.table(paired_rows(result["comparisons"]), caption="Paired differences in the world")
+    for raw in result["comparisons"]:
+        c = Comparison.model_validate(raw)
+        if c.name.startswith("selected - ") and c.cluster == "seed":
+            report.paragraph(c.sentence(unit="return", scale=1))
 
 
 def _sweep_curves(sweep: list[dict[str, Any]], column: str) -> dict[str, Curve]:

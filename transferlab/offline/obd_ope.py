@@ -22,9 +22,9 @@ log's own click rate. BTS concentrates on a few items, so the importance weights
 ``pscore``'s inverse over ``n_items``) and the effective sample is small: this direction exists to
 show that :func:`~transferlab.offline.ope.coverage` flags such an estimate as untrustworthy.
 
-Coverage on OBD is judged with :data:`OBD_MIN_ESS_SHARE` (10% of n) rather than the generic 1% of
-:data:`~transferlab.offline.ope.MIN_ESS_SHARE`: clicks are rare (about 0.5%), so an effective sample of
-1% of 10,000 rows carries about half an expected click, and even 10% only about five.
+Coverage on OBD is judged with the same rule as the campaign logs,
+:data:`~transferlab.offline.ope.MIN_ESS_SHARE` (10% of n): clicks are rare (about 0.5%), so even 10% of
+10,000 rows carries only about five expected clicks.
 
 :func:`ope_obd` runs both directions and returns the JSON-ready summary behind
 ``transferlab offline ope-obd``; ``python -m transferlab.offline.obd_ope [random.csv bts.csv]`` prints the
@@ -40,13 +40,19 @@ from typing import Any, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from transferlab.offline.ope import BanditData, Coverage, Estimator, bootstrap_estimate, coverage
+from transferlab.offline.ope import (
+    MIN_ESS_SHARE,
+    BanditData,
+    Coverage,
+    Estimator,
+    bootstrap_estimate,
+    coverage,
+)
 from transferlab.platform.stats import Interval, bootstrap_ci
 from transferlab.simulator.realdata.obd import ObdLog, load_obd
 
 __all__ = [
     "ESTIMATORS",
-    "OBD_MIN_ESS_SHARE",
     "PRIOR_STRENGTH",
     "SWITCH_TAU",
     "ObdOpeResult",
@@ -66,10 +72,6 @@ ESTIMATORS: tuple[Estimator, ...] = ("dm", "ips", "snips", "dr", "sndr", "switch
 PRIOR_STRENGTH = 100.0
 #: Switch-DR keeps DR's correction where the importance weight is at most this.
 SWITCH_TAU = 10.0
-#: Coverage fails on OBD when the importance weights' effective sample is below this share of n. The
-#: generic :data:`~transferlab.offline.ope.MIN_ESS_SHARE` (1%) is meant for rewards that are not rare;
-#: at OBD's ~0.5% click rate, 10% of 10,000 rows is ~5 expected clicks, the least we accept.
-OBD_MIN_ESS_SHARE = 0.10
 
 
 class ObdOpeResult(TypedDict):
@@ -183,7 +185,7 @@ def _evaluate(
     rel: dict[str, float] = {
         name: abs(iv.estimate - actual.estimate) / actual.estimate for name, iv in estimates.items()
     }
-    cov = coverage(fb.action, fb.pscore, dist, min_ess_share=OBD_MIN_ESS_SHARE)
+    cov = coverage(fb.action, fb.pscore, dist, min_ess_share=MIN_ESS_SHARE)
     return {"estimates": estimates, "actual": actual, "relative_error": rel, "coverage": cov}
 
 

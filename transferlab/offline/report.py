@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from transferlab.offline.evaluate import BANDIT_ESTIMATORS, OfflineEvaluation
+from transferlab.offline.evaluate import BANDIT_ESTIMATORS, OPE_ESTIMATORS, OfflineEvaluation
 from transferlab.platform.reports import Report, ReportPaths
 from transferlab.platform.stats import Interval
 
@@ -36,8 +36,8 @@ def ope_table(ev: OfflineEvaluation) -> list[dict[str, Any]]:
         if r.ope is None:
             continue
         row: dict[str, Any] = {"policy": r.name, "world": r.world.estimate}
-        for name, iv in r.ope.estimates.items():
-            row[name] = iv
+        for name in OPE_ESTIMATORS:
+            row[name] = r.ope.estimates.get(name)
             row[f"{name} err"] = r.ope_error(name)
         rows.append(row)
     return rows
@@ -64,6 +64,26 @@ def coverage_table(ev: OfflineEvaluation) -> list[dict[str, Any]]:
     return rows
 
 
+def selection_table(ev: OfflineEvaluation) -> list[dict[str, Any]]:
+    """One row per OPE candidate: its OPE gain over the behaviour policy, its world gain, the verdict."""
+    s = ev.selection
+    behaviour = ev.row(ev.behaviour).world.estimate
+    rows = []
+    for r in ev.rows:
+        if r.ope is None or s.by not in r.ope.gains:
+            continue
+        rows.append(
+            {
+                "candidate": r.name,
+                f"{s.by} gain over {ev.behaviour}": r.ope.gains[s.by],
+                "world gain (truth)": r.world.estimate - behaviour,
+                "supported": "yes" if r.ope.trusted else "NO",
+                "chosen": "yes" if r.name == s.chosen else "",
+            }
+        )
+    return rows
+
+
 def add_evaluation(report: Report, ev: OfflineEvaluation, *, name: str = "values") -> Report:
     """Append the evaluation's tables, selection and figure to ``report``."""
     cfg = ev.config
@@ -85,10 +105,17 @@ def add_evaluation(report: Report, ev: OfflineEvaluation, *, name: str = "values
         report.bullets(f"UNTRUSTWORTHY {r['policy']}: {r['why not']}" for r in untrusted)
     s = ev.selection
     refused = ", ".join(f"{k} ({v.split(':')[0]})" for k, v in s.refused.items()) or "none"
+    report.table(selection_table(ev), floatfmt=".2f", caption=f"Candidates: {s.by} gain over the behaviour")
     report.paragraph(
-        f"Policy selection by the lower {cfg.level:.0%} bound of {s.by}: {s.chosen} "
-        f"(refused for lack of support: {refused}). Best in the world: {s.best_in_world}; "
-        f"regret of the choice: {s.regret:.2f}."
+        f"Policy selection: {s.rule} ({s.by}, {cfg.level:.0%} intervals paired on the logged days). "
+        f"Chosen: {s.chosen}"
+        + (
+            " (keep what the shop does now: no candidate's gain is above zero)"
+            if s.chosen == ev.behaviour
+            else ""
+        )
+        + f". Refused for lack of support: {refused}. Best in the world: {s.best_in_world}; regret of "
+        f"the choice: {s.regret:.2f}."
     )
     report.figure(_values_figure(ev), name, "World value vs OPE estimates (95% intervals).")
     return report
@@ -144,4 +171,11 @@ def write_report(
     return report.write(directory)
 
 
-__all__ = ["add_evaluation", "coverage_table", "ope_table", "values_table", "write_report"]
+__all__ = [
+    "add_evaluation",
+    "coverage_table",
+    "ope_table",
+    "selection_table",
+    "values_table",
+    "write_report",
+]

@@ -52,8 +52,9 @@ __all__ = [
 
 RESULT_FILE = "result.json"
 
-Cluster = Literal["seed", "seed+task", "task"]
-"""The unit a bootstrap resamples: seeds (items = per-task values), (seed, task) pairs, or tasks."""
+Cluster = Literal["seed", "seed+task", "task", "seed+episode"]
+"""The unit a bootstrap resamples: seeds (items = per-task values), (seed, task) pairs, tasks, or
+(seed, episode) pairs (an episode = one world future, the same for both sides)."""
 
 
 class ResultError(ValueError):
@@ -183,6 +184,37 @@ def comparison(
         ci=(interval.low, interval.high),
         cluster=cluster,
         n_clusters=min(ka, kb),
+        mde=mde(interval.low, interval.high, level=interval.level),
+    )
+
+
+def paired_comparison(
+    name: str,
+    a_values: Sequence[float],
+    b_values: Sequence[float],
+    clusters: Sequence[Hashable],
+    *,
+    cluster: Cluster,
+    seed: int = 0,
+) -> Comparison:
+    """``mean(b - a)`` where ``a[i]`` and ``b[i]`` are the same item under two policies (the same task,
+    or the same world future: common random numbers), with a two-stage bootstrap interval of the
+    per-item differences clustered by ``clusters``. The noise both sides share cancels item by item,
+    which :func:`comparison` (``paired=True`` pairs clusters, not items) cannot do."""
+    if len(a_values) != len(b_values) or len(a_values) != len(clusters):
+        raise ValueError(
+            f"paired values need one a, one b and one cluster label per item, got {len(a_values)}, "
+            f"{len(b_values)} and {len(clusters)}"
+        )
+    diffs = [float(b) - float(a) for a, b in zip(a_values, b_values, strict=True)]
+    codes, _, k, _ = _encode(clusters, [])
+    interval = clustered_bootstrap_ci(diffs, codes, seed=seed)
+    return Comparison(
+        name=name,
+        estimate=interval.estimate,
+        ci=(interval.low, interval.high),
+        cluster=cluster,
+        n_clusters=k,
         mde=mde(interval.low, interval.high, level=interval.level),
     )
 
