@@ -116,8 +116,11 @@ def test_calibrating_the_level_fixes_a_simulator_that_sells_too_much(sim: Learne
 
 @pytest.mark.slow
 def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator, tmp_path: Path) -> None:
+    from transferlab.simulator.train import CampaignPolicy
+
     write_logs(logs, tmp_path / "logs")
     sim.save(tmp_path / "sim")
+    CampaignPolicy(8).save(tmp_path / "p.pt")  # an untrained policy, as `sim train` saves one
     out = tmp_path / "fid"
     args = [
         "sim",
@@ -132,12 +135,15 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
         "2",
         "--deploy-episodes",
         "2",
+        "--policy",
+        str(tmp_path / "p.pt"),
         "--json",
     ]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
-    assert summary["before"]["policies"] == 21 and "kendall_tau" in summary["after"]  # the held-out panel
+    assert summary["before"]["policies"] == 22 and "kendall_tau" in summary["after"]  # the held-out panel
+    assert "trained:p.pt" in summary["panels"]["evaluation"] and "--policy" in summary["command"]
     assert summary["in_sample"]["before"]["policies"] == 12
     for key in ("tau_before", "tau_after", "tau_ceiling", "profit_error_before", "profit_error_after"):
         assert isinstance(summary[key], float), key
@@ -155,3 +161,7 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
         assert (out / name).is_file(), name
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 2 and "not empty" in again.stderr
+    other = tmp_path / "fid2"
+    bad = [*args[:7], str(other), *args[8:-3], "--policy", str(tmp_path), "--json"]
+    refused = CliRunner().invoke(app, bad)
+    assert refused.exit_code == 2 and "no policy.pt there" in refused.stderr and not other.exists()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -339,6 +339,22 @@ def _print_obd_table(summary: dict[str, object]) -> None:
 # ------------------------------------------------------------------------------------------ fidelity
 
 
+def _trained_policy(path: Path) -> Any:
+    """The greedy actor of a `sim train` policy (a run directory or its policy.pt); one error line if
+    it cannot be read."""
+    from transferlab.simulator.train import POLICY_FILE, CampaignPolicy, PolicyActor
+
+    file = path / POLICY_FILE if path.is_dir() else path
+    if not file.is_file():
+        fail(
+            f"--policy {path}: no {POLICY_FILE} there; give a `sim train` run directory or its {POLICY_FILE}"
+        )
+    try:
+        return PolicyActor(CampaignPolicy.load(file), greedy=True)
+    except Exception as exc:  # torch raises many kinds for a file that is not a saved policy
+        fail(f"--policy {file} is not a policy saved by `sim train` ({type(exc).__name__}: {exc})")
+
+
 @app.command("fidelity")
 def fidelity_command(
     simulator: Annotated[Path, typer.Option("--simulator", help="A directory written by `sim fit`.")],
@@ -352,6 +368,15 @@ def fidelity_command(
         typer.Option("--deploy-episodes", min=1, help="World episodes per policy whose results calibrate."),
     ] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every evaluation and deployment.")] = 0,
+    policy: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--policy",
+            help="A policy trained by `sim train` (its run directory or policy.pt) to add to the "
+            "evaluation panel; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Rank policies in the learned simulator and in the world, calibrate on one panel's deployment, and
@@ -369,10 +394,16 @@ def fidelity_command(
         log_tables = read_logs(logs)
     except (SimulatorError, LogError) as exc:
         fail(str(exc))
+    from transferlab.simulator.policies import evaluation_panel
+
+    evaluation = evaluation_panel()
+    for path in policy or []:
+        evaluation[f"trained:{path.name}"] = _trained_policy(path)
     say = (lambda _m: None) if as_json else echo_progress
     command = (
         f"transferlab sim fidelity --simulator {simulator} --logs {logs} --out {out} --episodes {episodes} "
         f"--deploy-episodes {deploy_episodes} --seed {seed}"
+        + "".join(f" --policy {path}" for path in policy or [])
     )
     summary = run_fidelity(
         sim,
@@ -383,6 +414,7 @@ def fidelity_command(
         seed=seed,
         progress=say,
         command=command,
+        evaluation=evaluation,
     )
     if as_json:
         print(json.dumps(summary))
