@@ -235,6 +235,16 @@ def test_train_json_summary(train_run: Path) -> None:
     assert (train_run / "learners" / "td3_plus_bc" / "model.d3").is_file()
 
 
+def test_train_writes_the_run_contract(train_run: Path) -> None:
+    from transferlab.platform.runstore import RunInfo
+
+    info = RunInfo.from_dir(train_run)
+    assert info.experiment == "offline-train" and info.status == "finished" and info.finished_at
+    listed = runner.invoke(app, ["runs", "list", "--runs-root", str(train_run.parent.parent)])
+    assert listed.exit_code == 0, listed.output
+    assert "offline-train" in listed.stdout and "finished" in listed.stdout
+
+
 def test_train_rerun_with_another_config_exits_2(train_run: Path, log_dir: Path, small_config: Path) -> None:
     before = (train_run / "config.json").read_text()
     result = runner.invoke(app, _train(log_dir, small_config, train_run, "--steps", "21", "--json"))
@@ -256,6 +266,8 @@ def test_train_rerun_with_the_same_options_resumes(
     assert "dataset: 70 logged days in 7 episodes" in result.stdout
     assert "selected by the sndr lower bound" in result.stdout
     assert f"run directory: {train_run}" in result.stdout
+    meta = json.loads((train_run / "meta.json").read_text())
+    assert meta["status"] == "finished" and len(meta["resumed_at"]) == 1
 
 
 def test_train_missing_logs_exits_2_with_one_line(tmp_path: Path, small_config: Path) -> None:

@@ -493,6 +493,54 @@ class Run:
             self.release()
 
 
+def _new_meta(
+    experiment: str, run_id: str, config: BaseConfig, seed: int | None, now: datetime
+) -> dict[str, Any]:
+    """The ``meta.json`` of a run that starts now (status ``running``)."""
+    return {
+        "experiment": experiment,
+        "run_id": run_id,
+        "status": "running",
+        "created_at": now.isoformat(),
+        "finished_at": None,
+        "seed": seed,
+        "config_class": config_class_path(type(config)),
+        "transferlab_version": transferlab.__version__,
+        "python_version": platform.python_version(),
+        "git_commit": _git_commit(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def start_run_meta(run_dir: str | os.PathLike[str], experiment: str, config: BaseConfig) -> Run:
+    """The run contract for a job that owns its directory itself (under its own :class:`RunLock`):
+    write ``meta.json`` (status ``running``) if there is none, or mark a rerun as a resume; the
+    returned :class:`Run` records the end with :func:`end_run_meta`. ``runs list`` then sees the job."""
+    directory = Path(run_dir)
+    now = _utc_now()
+    if (directory / META_FILE).is_file():
+        run = Run(directory)
+        resumed = [*run.meta.get("resumed_at", []), now.isoformat()]
+        run.update_meta(status="running", finished_at=None, resumed_at=resumed)
+        return run
+    seed = getattr(config, "seed", None)
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(directory / META_FILE, _new_meta(experiment, directory.name, config, seed, now))
+    return Run(directory)
+
+
+def end_run_meta(run: Run, error: BaseException | None = None) -> None:
+    """Record ``finished`` (or ``failed`` with the error) and the time in the run's ``meta.json``."""
+    fields: dict[str, Any] = {
+        "status": "failed" if error else "finished",
+        "finished_at": _utc_now().isoformat(),
+    }
+    if error is not None:
+        fields["error"] = f"{type(error).__name__}: {error}"
+    run.update_meta(**fields)
+
+
 class RunStore:
     """Creates, opens, lists and compares runs under ``root/<experiment>/<run-id>/``."""
 
@@ -536,19 +584,7 @@ class RunStore:
                 f"run directory already exists: {run_dir}; pass a new run_id, or resume it with "
                 f"RunStore.open_run({experiment!r}, {run_id!r})"
             ) from None
-        meta: dict[str, Any] = {
-            "experiment": experiment,
-            "run_id": run_id,
-            "status": "running",
-            "created_at": now.isoformat(),
-            "finished_at": None,
-            "seed": seed,
-            "config_class": config_class_path(type(config)),
-            "transferlab_version": transferlab.__version__,
-            "python_version": platform.python_version(),
-            "git_commit": _git_commit(),
-            "hostname": socket.gethostname(),
-        }
+        meta = _new_meta(experiment, run_id, config, seed, now)
         lock = RunLock(run_dir)
         try:
             lock.acquire(shared)
