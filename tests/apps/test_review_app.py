@@ -6,6 +6,7 @@ the real :class:`ReviewService` seeded; ``.run()`` follows every interaction.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,21 @@ def test_every_page_renders_for_every_role(seeded: Seeded, role: str) -> None:
             assert bool(decision_buttons(at)) is (role != "viewer"), (role, decision_buttons(at))
         if page == "queue":
             assert ("batch_approve" in decision_buttons(at)) is (role != "viewer")
+
+
+def test_no_page_logs_a_streamlit_deprecation(seeded: Seeded, caplog: pytest.LogCaptureFixture) -> None:
+    # e.g. use_container_width, which Streamlit logs as deprecated on every render (width="stretch")
+    streamlit_log = logging.getLogger("streamlit")  # it does not propagate to the root logger
+    streamlit_log.addHandler(caplog.handler)
+    try:
+        for page in PAGES:
+            at = open_app("ada", page, sid=seeded.low)
+            assert not at.exception, (page, at.exception)
+    finally:
+        streamlit_log.removeHandler(caplog.handler)
+    text = [r.getMessage() for r in caplog.records]
+    deprecations = [m for m in text if "deprecat" in m.lower() or "will be removed" in m]
+    assert not deprecations, deprecations
 
 
 def test_viewer_sees_no_decision_buttons(seeded: Seeded) -> None:

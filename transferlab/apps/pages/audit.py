@@ -14,7 +14,7 @@ try:
 except ReviewError as e:
     st.error(str(e))
     st.stop()
-st.dataframe(views.audit_rows(entries), hide_index=True, use_container_width=True)
+st.dataframe(views.audit_rows(entries), hide_index=True, width="stretch")
 st.download_button(
     "Download CSV", views.audit_csv(entries), file_name="audit.csv", mime="text/csv", key="audit_csv"
 )

@@ -16,7 +16,7 @@ if not items:
 for column, (state, count) in zip(st.columns(4), views.state_counts(items).items(), strict=False):
     column.metric(state, count)
 rows = views.executed_rows(items)
-st.dataframe(rows, hide_index=True, use_container_width=True)
+st.dataframe(rows, hide_index=True, width="stretch")
 st.subheader("Latest")
 for row in rows[::-1][:10]:
     st.text(views.executed_line(row))

@@ -20,7 +20,7 @@ if not items:
     st.info("No suggestions match these filters.")
     st.stop()
 
-st.dataframe(views.queue_rows(items, datetime.now(UTC)), hide_index=True, use_container_width=True)
+st.dataframe(views.queue_rows(items, datetime.now(UTC)), hide_index=True, width="stretch")
 chosen = st.selectbox("Suggestion", [v.id for v in items], format_func=lambda i: f"#{i}", key="queue_pick")
 if st.button("Open suggestion", key="queue_open"):
     st.switch_page(SUGGESTION_PAGE, query_params={"id": str(chosen)})

@@ -44,6 +44,6 @@ if len(todo) > SHOWN:
 st.subheader("Your ratings")
 mine = views.own_rating_rows(svc.ratings(user), svc.reports(user), user.name)
 if mine:
-    st.dataframe(mine, hide_index=True, use_container_width=True)
+    st.dataframe(mine, hide_index=True, width="stretch")
 else:
     st.caption("None yet.")

@@ -24,6 +24,6 @@ lo, hi = float(frame[["low", "real"]].min().min()), float(frame[["high", "real"]
 diagonal = alt.Chart(pd.DataFrame({"predicted": [lo, hi], "real": [lo, hi]})).mark_line(
     strokeDash=[4, 4], color="gray"
 )
-st.altair_chart(diagonal.encode(x="predicted:Q", y="real:Q") + whiskers + points, use_container_width=True)
-st.dataframe(views.results_summary(rows), hide_index=True, use_container_width=True)
-st.dataframe(frame, hide_index=True, use_container_width=True)
+st.altair_chart(diagonal.encode(x="predicted:Q", y="real:Q") + whiskers + points, width="stretch")
+st.dataframe(views.results_summary(rows), hide_index=True, width="stretch")
+st.dataframe(frame, hide_index=True, width="stretch")

@@ -105,7 +105,7 @@ with details:
         base = alt.Chart(frame).encode(x=alt.X("metric:N", title=None, axis=alt.Axis(labelAngle=0)))
         bars = base.mark_bar().encode(y=alt.Y("estimate:Q", title="predicted"))
         whiskers = base.mark_errorbar(ticks=True).encode(y=alt.Y("low:Q", title="predicted"), y2="high:Q")
-        right.altair_chart((bars + whiskers).properties(height=260), use_container_width=True)
+        right.altair_chart((bars + whiskers).properties(height=260), width="stretch")
     else:
         right.caption("No predicted outcomes.")
     ope = views.ope_summary(v.evidence)
