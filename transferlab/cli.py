@@ -155,6 +155,15 @@ def compare(
             help="JSON from `transferlab review reports agreement --out FILE` (rubric vs reviewers).",
         ),
     ] = None,
+    results_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--results-dir",
+            help="The committed results to read cells from (default: docs/results here, else the "
+            "repository's beside the package).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print result.json instead of the tables.")] = False,
 ) -> None:
     """The coding-vs-ecommerce table of domain properties, measured; then the readiness checks.
@@ -182,8 +191,11 @@ def compare(
             "ops_result": str(ops_result) if ops_result else None,
             "ops_learn_result": str(ops_learn_result) if ops_learn_result else None,
             "human_agreement": str(human_agreement) if human_agreement else None,
+            **({"results_dir": str(results_dir)} if results_dir else {}),
         }
     )
+    if results_dir is not None and not results_dir.is_dir():
+        fail(f"--results-dir {results_dir} is not a folder; give the one holding coding_learn/, ops_learn/")
     run_dir = out or runs_root / "compare" / new_run_id()
     options = [f"--preset {preset}"] + [
         f"{flag} {value}"
@@ -192,6 +204,7 @@ def compare(
             ("--ops-result", ops_result),
             ("--ops-learn-result", ops_learn_result),
             ("--human-agreement", human_agreement),
+            ("--results-dir", results_dir),
         )
         if value is not None
     ]

@@ -225,3 +225,25 @@ def test_without_ratings_the_report_says_how_to_collect_them() -> None:
 def test_unknown_preset_is_refused() -> None:
     result = runner.invoke(app, ["compare", "--preset", "huge"])
     assert result.exit_code == 2 and "test, quick, full" in result.output
+
+
+def test_committed_results_are_found_outside_the_repository_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transferlab.comparison.compare import missing_results, results_root
+
+    repo_results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    monkeypatch.chdir(tmp_path)  # no docs/results here
+    assert results_root("docs/results") == repo_results
+    assert missing_results(results_root("docs/results")) == []
+    # an explicit folder is taken as given, and every file it lacks is named
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert results_root(empty) == empty
+    missing = missing_results(empty)
+    assert str(empty / "coding_agent_learn" / "result.json") in missing and len(missing) == 6
+
+
+def test_a_results_dir_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["compare", "--preset", "test", "--results-dir", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "is not a folder" in result.output

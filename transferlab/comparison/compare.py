@@ -78,7 +78,11 @@ class CompareConfig(BaseConfig):
     backend: Literal["forkserver", "subprocess"] = Field(
         default="forkserver", description="Sandbox backend (forkserver falls back to subprocess)."
     )
-    results_dir: str = Field(default="docs/results", description="Where the committed results are read from.")
+    results_dir: str = Field(
+        default="docs/results",
+        description="Where the committed results are read from; the default, when it is not a folder "
+        "here, is the repository's docs/results beside the package.",
+    )
     human_agreement: str | None = Field(
         default=None,
         description="JSON from `transferlab review reports agreement --out FILE`: the rubric vs "
@@ -363,6 +367,35 @@ def ops_with_trained_runs(config: CompareConfig, say: Progress) -> Measured:
     return measured
 
 
+# ------------------------------------------------------------------------------ committed results
+
+COMMITTED: tuple[str, ...] = (
+    "coding_learn/result.json",
+    "coding_agent_learn/result.json",
+    "coding_dense_sparse/result.json",
+    "ops_learn/result.json",
+    "transfer/summary.json",
+    "offline_rl/result.json",
+)
+"""The committed results compare reads cells from (relative to ``results_dir``)."""
+
+
+def results_root(configured: str | Path) -> Path:
+    """The folder of committed results: ``configured`` when it is a folder (or absolute); else, for a
+    relative path, the same path in the repository beside the package, if there is one there. So
+    ``transferlab compare`` run outside the repository root still finds ``docs/results``."""
+    path = Path(configured)
+    if path.is_dir() or path.is_absolute():
+        return path
+    beside = Path(__file__).resolve().parents[2] / path
+    return beside if beside.is_dir() else path
+
+
+def missing_results(root: str | Path) -> list[str]:
+    """The committed result files compare would read that are not under ``root``."""
+    return [str(Path(root, name)) for name in COMMITTED if not Path(root, name).is_file()]
+
+
 # -------------------------------------------------------------------------------- matched results
 
 MATCHED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -444,6 +477,9 @@ def run_compare(
     ``command`` is the command line recorded in result.json and the report."""
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
+    config = config.model_copy(update={"results_dir": str(results_root(config.results_dir))})
+    for path in missing_results(config.results_dir):
+        say(f"not found: {path}; the cells read from it show 'not measured' (pass --results-dir DIR)")
     result = CompareResult(config, command=command)
     sections: dict[str, Section] = {}
     for measured in (
