@@ -104,7 +104,9 @@ class OfflineEvalConfig(BaseConfig):
         "before the evaluation it gates.",
     )
     select_by: str = Field(
-        "sndr", description="The OPE estimator whose lower bound picks the policy (one of OPE_ESTIMATORS)."
+        "sndr",
+        description="The OPE estimator whose lower bound of the gain over the behaviour policy picks the "
+        "policy (one of BANDIT_ESTIMATORS).",
     )
     episode: EpisodeConfig = Field(
         default_factory=lambda: EpisodeConfig(warmup_days=0),
@@ -218,13 +220,14 @@ class OpeResult:
         return self.coverage.trustworthy
 
 
-def bandit_ope(
+def _bandit_intervals(
     dataset: OfflineDataset,
     action_dist: FloatArray,
     q_table: FloatArray,
     config: OfflineEvalConfig,
+    bootstrap: Callable[..., Interval],
 ) -> dict[str, Interval]:
-    """Each bandit estimator's bootstrap interval of the per-day value, times the horizon.
+    """``bootstrap`` (an estimate or a gain) of each bandit estimator, per day times the horizon.
 
     A target policy that never takes a logged action leaves SNIPS and SNDR undefined: they are NaN
     (and the policy's coverage fails, so nothing relies on them).
@@ -238,31 +241,26 @@ def bandit_ope(
             # self-normalised estimators are undefined when every importance weight is 0
             out[name] = Interval(float("nan"), float("nan"), float("nan"), config.level, len(dataset))
             continue
-        iv = bootstrap_estimate(
+        iv = bootstrap(
             name, data, n_boot=config.n_boot, level=config.level, seed=config.seed, tau=config.switch_tau
         )
         out[name] = Interval(iv.estimate * h, iv.low * h, iv.high * h, iv.level, iv.n)
     return out
+
+
+def bandit_ope(
+    dataset: OfflineDataset, action_dist: FloatArray, q_table: FloatArray, config: OfflineEvalConfig
+) -> dict[str, Interval]:
+    """Each bandit estimator's bootstrap interval of the policy's value (30-day return)."""
+    return _bandit_intervals(dataset, action_dist, q_table, config, bootstrap_estimate)
 
 
 def bandit_gains(
     dataset: OfflineDataset, action_dist: FloatArray, q_table: FloatArray, config: OfflineEvalConfig
 ) -> dict[str, Interval]:
     """Each bandit estimator's gain over the behaviour policy (the logged rewards), paired on the same
-    logged days, times the horizon; NaN where the self-normalised estimators are undefined."""
-    data = BanditData(dataset.actions, dataset.rewards, dataset.propensity, action_dist, q_table)
-    h = float(dataset.config.horizon)
-    overlap = bool(np.any(action_dist[np.arange(len(dataset)), dataset.actions] > 0))
-    out: dict[str, Interval] = {}
-    for name in BANDIT_ESTIMATORS:
-        if not overlap and name in ("snips", "sndr"):
-            out[name] = Interval(float("nan"), float("nan"), float("nan"), config.level, len(dataset))
-            continue
-        iv = bootstrap_gain(
-            name, data, n_boot=config.n_boot, level=config.level, seed=config.seed, tau=config.switch_tau
-        )
-        out[name] = Interval(iv.estimate * h, iv.low * h, iv.high * h, iv.level, iv.n)
-    return out
+    logged days, times the horizon."""
+    return _bandit_intervals(dataset, action_dist, q_table, config, bootstrap_gain)
 
 
 def fqe_value(

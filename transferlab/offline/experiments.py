@@ -230,7 +230,6 @@ def run_comparison(
     torch.set_num_threads(1)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    n_parts = 1 + len(config.sweep_epsilons)
     n_parts = len(config.seeds) + len(config.sweep_epsilons)
     try:
         logs, dataset = _logs_and_dataset(config, config.epsilon)

@@ -277,6 +277,39 @@ def _ratio_bootstrap(
     return np.concatenate(out)
 
 
+def _bootstrap(
+    estimator: Estimator,
+    data: BanditData,
+    baseline: FloatArray | float,
+    *,
+    n_boot: int,
+    level: float,
+    seed: int,
+    tau: float,
+) -> Interval:
+    """The estimate minus ``mean(baseline)`` (a per-row value, or 0), resampling rows jointly."""
+    rows: dict[str, Callable[[BanditData], FloatArray]] = {
+        "dm": dm_rows,
+        "ips": ips_rows,
+        "dr": dr_rows,
+        "switch_dr": lambda d: switch_dr_rows(d, tau),
+    }
+    if estimator in rows:
+        return bootstrap_ci(rows[estimator](data) - baseline, n_boot=n_boot, level=level, seed=seed)
+    if estimator not in ("snips", "sndr"):
+        raise ValueError(f"estimator must be one of {[*sorted(rows), 'sndr', 'snips']}, got {estimator!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be a positive int (e.g. 2000), got {n_boot!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    estimate = (snips(data) if estimator == "snips" else sndr(data)) - float(np.mean(baseline))
+    base, num, w = _ratio_parts(estimator, data)
+    reps = _ratio_bootstrap((base - baseline, num, w), n_boot, np.random.default_rng(seed))
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(reps, [alpha, 1.0 - alpha])
+    return Interval(estimate, float(low), float(high), level, data.n)
+
+
 def bootstrap_estimate(
     estimator: Estimator,
     data: BanditData,
@@ -292,25 +325,7 @@ def bootstrap_estimate(
     :func:`transferlab.platform.stats.bootstrap_ci` on their per-row contributions; the ratio
     estimators (SNIPS, SNDR) are recomputed on each resample.
     """
-    rows: dict[str, Callable[[BanditData], FloatArray]] = {
-        "dm": dm_rows,
-        "ips": ips_rows,
-        "dr": dr_rows,
-        "switch_dr": lambda d: switch_dr_rows(d, tau),
-    }
-    if estimator in rows:
-        return bootstrap_ci(rows[estimator](data), n_boot=n_boot, level=level, seed=seed)
-    if estimator not in ("snips", "sndr"):
-        raise ValueError(f"estimator must be one of {[*sorted(rows), 'sndr', 'snips']}, got {estimator!r}")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
-        raise ValueError(f"n_boot must be a positive int (e.g. 2000), got {n_boot!r}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be strictly between 0 and 1 (e.g. 0.95), got {level!r}")
-    estimate = snips(data) if estimator == "snips" else sndr(data)
-    reps = _ratio_bootstrap(_ratio_parts(estimator, data), n_boot, np.random.default_rng(seed))
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(reps, [alpha, 1.0 - alpha])
-    return Interval(estimate, float(low), float(high), level, data.n)
+    return _bootstrap(estimator, data, 0.0, n_boot=n_boot, level=level, seed=seed, tau=tau)
 
 
 def bootstrap_gain(
@@ -328,22 +343,7 @@ def bootstrap_gain(
     both, so the noise they share (a good day lifts both) cancels and the interval is the one of the
     gain, not of either value. ``estimate = E_target - mean(rewards)``.
     """
-    if estimator in ("snips", "sndr"):
-        estimate = (snips(data) if estimator == "snips" else sndr(data)) - float(np.mean(data.rewards))
-        base, num, w = _ratio_parts(estimator, data)
-        reps = _ratio_bootstrap((base - data.rewards, num, w), n_boot, np.random.default_rng(seed))
-        alpha = (1.0 - level) / 2.0
-        low, high = np.quantile(reps, [alpha, 1.0 - alpha])
-        return Interval(estimate, float(low), float(high), level, data.n)
-    rows = {
-        "dm": dm_rows,
-        "ips": ips_rows,
-        "dr": dr_rows,
-        "switch_dr": lambda d: switch_dr_rows(d, tau),
-    }
-    if estimator not in rows:
-        raise ValueError(f"estimator must be one of {[*sorted(rows), 'sndr', 'snips']}, got {estimator!r}")
-    return bootstrap_ci(rows[estimator](data) - data.rewards, n_boot=n_boot, level=level, seed=seed)
+    return _bootstrap(estimator, data, data.rewards, n_boot=n_boot, level=level, seed=seed, tau=tau)
 
 
 # --------------------------------------------------------------------------------------- coverage

@@ -496,7 +496,11 @@ class Run:
 def _new_meta(
     experiment: str, run_id: str, config: BaseConfig, seed: int | None, now: datetime
 ) -> dict[str, Any]:
-    """The ``meta.json`` of a run that starts now (status ``running``)."""
+    """The ``meta.json`` of a run that starts now (status ``running``); ``seed`` defaults to
+    ``config.seed`` when the config has an int ``seed`` field."""
+    if seed is None:
+        config_seed = getattr(config, "seed", None)
+        seed = config_seed if isinstance(config_seed, int) and not isinstance(config_seed, bool) else None
     return {
         "experiment": experiment,
         "run_id": run_id,
@@ -523,10 +527,8 @@ def start_run_meta(run_dir: str | os.PathLike[str], experiment: str, config: Bas
         resumed = [*run.meta.get("resumed_at", []), now.isoformat()]
         run.update_meta(status="running", finished_at=None, resumed_at=resumed)
         return run
-    seed = getattr(config, "seed", None)
-    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     directory.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(directory / META_FILE, _new_meta(experiment, directory.name, config, seed, now))
+    atomic_write_json(directory / META_FILE, _new_meta(experiment, directory.name, config, None, now))
     return Run(directory)
 
 
@@ -573,9 +575,6 @@ class RunStore:
         now = _utc_now()
         run_id = run_id if run_id is not None else new_run_id(now)
         run_dir = self.run_dir(experiment, run_id)
-        if seed is None:
-            config_seed = getattr(config, "seed", None)
-            seed = config_seed if isinstance(config_seed, int) and not isinstance(config_seed, bool) else None
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
             run_dir.mkdir()

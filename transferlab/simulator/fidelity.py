@@ -107,41 +107,49 @@ def kendall(a: np.ndarray, b: np.ndarray) -> float:
     return float(stats.kendalltau(a, b)[0])
 
 
+def _quantiles(values: np.ndarray, level: float) -> list[float]:
+    return [float(x) for x in np.nanquantile(values, [(1 - level) / 2, 1 - (1 - level) / 2])]
+
+
+def _returns(panel: PanelResult, names: list[str]) -> np.ndarray:
+    """``(policies, episodes)`` per-episode returns in ``names`` order."""
+    return np.stack([panel.returns[n] for n in names])
+
+
 def ranking_agreement(
     sim: PanelResult, world: PanelResult, *, n_boot: int = 500, level: float = 0.95, seed: int = 0
-) -> dict[str, Any]:
-    """Kendall tau between the simulator's and the world's policy values, and the world's noise
-    ceiling: the tau between two halves of the world's own episodes (how well the world agrees with
-    itself at half the episodes; a simulator cannot be judged finer than that).
-
-    Both come with percentile bootstrap intervals that resample the world's episodes (the same
-    episode indices for every policy: they ran on the same futures) and, for the simulator, its
-    episodes likewise. Returns ``{"tau", "tau_ci", "tau_ceiling", "tau_ceiling_ci"}``.
-    """
+) -> tuple[float, list[float]]:
+    """Kendall tau between the simulator's and the world's policy values, with a percentile bootstrap
+    interval that resamples each market's episodes (the same indices for every policy: they ran on the
+    same futures)."""
     names = list(world.returns)
-    w = np.stack([world.returns[n] for n in names])  # (policies, episodes)
-    s = np.stack([sim.returns[n] for n in names])
-    if w.shape[1] < 4:
-        raise ValueError(f"the noise ceiling needs at least 4 world episodes per policy, got {w.shape[1]}")
-    half = w.shape[1] // 2
-    tau = kendall(s.mean(axis=1), w.mean(axis=1))
-    ceiling = kendall(w[:, :half].mean(axis=1), w[:, half : 2 * half].mean(axis=1))
+    w, s = _returns(world, names), _returns(sim, names)
     rng = np.random.default_rng(seed)
-    taus, ceilings = np.empty(n_boot), np.empty(n_boot)
+    taus = np.empty(n_boot)
     for i in range(n_boot):
         wi = w[:, rng.integers(0, w.shape[1], w.shape[1])]
         si = s[:, rng.integers(0, s.shape[1], s.shape[1])]
         taus[i] = kendall(si.mean(axis=1), wi.mean(axis=1))
-        a = rng.integers(0, half, half)
-        b = half + rng.integers(0, half, half)
+    return kendall(s.mean(axis=1), w.mean(axis=1)), _quantiles(taus, level)
+
+
+def noise_ceiling(
+    world: PanelResult, *, n_boot: int = 500, level: float = 0.95, seed: int = 0
+) -> tuple[float, list[float]]:
+    """The world's own ranking agreement: Kendall tau between the policy values of two halves of its
+    episodes, with a bootstrap interval (each half resampled). A simulator cannot be judged finer than
+    the world agrees with itself at that many episodes."""
+    w = _returns(world, list(world.returns))
+    if w.shape[1] < 4:
+        raise ValueError(f"the noise ceiling needs at least 4 world episodes per policy, got {w.shape[1]}")
+    half = w.shape[1] // 2
+    rng = np.random.default_rng(seed)
+    ceilings = np.empty(n_boot)
+    for i in range(n_boot):
+        a, b = rng.integers(0, half, half), half + rng.integers(0, half, half)
         ceilings[i] = kendall(w[:, a].mean(axis=1), w[:, b].mean(axis=1))
-    q = [(1 - level) / 2, 1 - (1 - level) / 2]
-    return {
-        "tau": tau,
-        "tau_ci": [float(x) for x in np.nanquantile(taus, q)],
-        "tau_ceiling": ceiling,
-        "tau_ceiling_ci": [float(x) for x in np.nanquantile(ceilings, q)],
-    }
+    tau = kendall(w[:, :half].mean(axis=1), w[:, half : 2 * half].mean(axis=1))
+    return tau, _quantiles(ceilings, level)
 
 
 def world_factory(manifest: Mapping[str, Any]) -> MarketFactory:

@@ -36,6 +36,7 @@ from transferlab.simulator.fidelity import (
     Fidelity,
     evaluate_panel,
     fidelity,
+    noise_ceiling,
     ranking_agreement,
     world_factory,
 )
@@ -60,8 +61,8 @@ def _scatter(before: Fidelity, after: Fidelity) -> Figure:
     return fig
 
 
-def _headline(fid: Fidelity) -> dict[str, Any]:
-    s = fid.summary()
+def _headline(s: Mapping[str, Any]) -> dict[str, Any]:
+    """The headline columns of one :meth:`Fidelity.summary`."""
     return {
         "kendall_tau": round(s["kendall_tau"], 3),
         "kendall_p": round(s["kendall_p"], 4),
@@ -85,15 +86,6 @@ def check_disjoint(calibration: Mapping[str, Policy], evaluation: Mapping[str, P
             f"the calibration and evaluation panels share {', '.join(shared)}: fidelity must be scored "
             "on policies the calibration never saw; drop them from one panel"
         )
-
-
-def _short(s: Mapping[str, Any]) -> dict[str, Any]:
-    """The headline columns of a stored summary (the in-sample panel has no Fidelity kept)."""
-    return {
-        "kendall_tau": round(s["kendall_tau"], 3),
-        "kendall_p": round(s["kendall_p"], 4),
-        **{f"median |err| {k}": round(v, 3) for k, v in s["median_abs_rel_error"].items()},
-    }
 
 
 def run_fidelity(
@@ -149,16 +141,17 @@ def run_fidelity(
     calibrated = calibrate(sim, deployed.observed, deployed.predicted, totals=deployed.totals, seed=seed)
     say("both panels in the calibrated simulator")
     after, after_cal = in_sim(calibrated, eval_panel, world_eval), in_sim(calibrated, cal_panel, world_cal)
-    agree_before = ranking_agreement(before.sim, world_eval, seed=seed)
-    agree_after = ranking_agreement(after.sim, world_eval, seed=seed)
+    tau_before, ci_before = ranking_agreement(before.sim, world_eval, seed=seed)
+    tau_after, ci_after = ranking_agreement(after.sim, world_eval, seed=seed)
+    ceiling, ceiling_ci = noise_ceiling(world_eval, seed=seed)
     summary = {
         "experiment": "simulator-fidelity",
         "command": command,
-        "tau_before": agree_before["tau"],
-        "tau_after": agree_after["tau"],
-        "tau_ceiling": agree_before["tau_ceiling"],
-        "tau_ceiling_ci": agree_before["tau_ceiling_ci"],
-        "tau_ci": {"before": agree_before["tau_ci"], "after": agree_after["tau_ci"]},
+        "tau_before": tau_before,
+        "tau_after": tau_after,
+        "tau_ceiling": ceiling,
+        "tau_ceiling_ci": ceiling_ci,
+        "tau_ci": {"before": ci_before, "after": ci_after},
         "profit_error_before": before.summary()["median_abs_rel_error"]["profit"],
         "profit_error_after": after.summary()["median_abs_rel_error"]["profit"],
         "panels": {"calibration": list(cal_panel), "evaluation": list(eval_panel)},
@@ -204,10 +197,10 @@ def _write_report(
     report.heading("Headline")
     ins = summary["in_sample"]
     rows = [
-        {"": "evaluation panel, before", **_headline(before)},
-        {"": "evaluation panel, after", **_headline(after)},
-        {"": "calibration panel, before (in-sample)", **_short(ins["before"])},
-        {"": "calibration panel, after (in-sample)", **_short(ins["after"])},
+        {"": "evaluation panel, before", **_headline(summary["before"])},
+        {"": "evaluation panel, after", **_headline(summary["after"])},
+        {"": "calibration panel, before (in-sample)", **_headline(ins["before"])},
+        {"": "calibration panel, after (in-sample)", **_headline(ins["after"])},
     ]
     report.table(rows)
     report.code(summary["command"])
