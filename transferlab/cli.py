@@ -4,7 +4,7 @@ Commands::
 
     transferlab --version
     transferlab demo [--backend B] [--runs-root DIR]     # the main job (see transferlab.demo)
-    transferlab compare [--preset quick|full] [--out DIR] [--json]   # coding-vs-ecommerce table, measured
+    transferlab compare [--preset smoke|quick|cpu] [--out DIR] [--json]  # the coding-vs-ecommerce table
     transferlab runs list [--experiment X] [--runs-root DIR]
     transferlab runs compare RUN [RUN ...] [--metric KEY ...] [--runs-root DIR] [--plot PATH]
     transferlab sandbox grade TASK.json SOLUTION.py [--backend B] [--json] [--workers N]
@@ -37,7 +37,7 @@ from transferlab.coding_rl.sandbox.cli import app as sandbox_app
 from transferlab.comparison.cli import app as ops_app
 from transferlab.human_review.cli import app as review_app
 from transferlab.offline.cli import app as offline_app
-from transferlab.platform.cli_kit import EXIT_FAILED, EXIT_UNAVAILABLE, echo_progress, fail
+from transferlab.platform.cli_kit import EXIT_FAILED, EXIT_UNAVAILABLE, echo_progress, fail, run_app
 from transferlab.simulator.cli import app as sim_app
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ app = typer.Typer(
     "measured with running code.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,  # run_app prints one error line; --debug the plain traceback
     rich_markup_mode=None,  # plain help: typer's rich help costs ~0.35 s of imports per call
 )
 runs_app = typer.Typer(
@@ -83,6 +84,13 @@ def _root(
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Show the traceback of an error instead of one 'error:' line (may go anywhere on the line).",
+        ),
     ] = False,
 ) -> None:
     """Which parts of agent RL carry over from coding agents to an ecommerce operations assistant."""
@@ -126,7 +134,11 @@ def demo(
 @app.command()
 def compare(
     preset: Annotated[
-        str, typer.Option("--preset", help="quick (minutes, CPU), full, or test (seconds, for the tests).")
+        str,
+        typer.Option(
+            "--preset",
+            help="smoke (seconds, a check), quick (a few minutes, the demo's) or cpu (the committed report).",
+        ),
     ] = "quick",
     out: Annotated[
         Path | None,
@@ -174,11 +186,14 @@ def compare(
     gain worth the cost) and a three-layer diagnosis of where an agent fails (information and
     interface, basic behaviour, sequential decisions).
     """
-    from transferlab.comparison.compare import PRESETS, run_compare, table_text
-    from transferlab.platform.runstore import new_run_id
+    from transferlab.comparison.compare import PRESET_ALIASES, PRESETS, check_inputs, run_compare, table_text
+    from transferlab.platform.cli_kit import canonical_preset
+    from transferlab.platform.runstore import end_run_meta, new_run_id, start_run_meta
 
-    if preset not in PRESETS:
-        fail(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    try:
+        preset = canonical_preset(preset, PRESETS, PRESET_ALIASES)
+    except ValueError as err:
+        fail(str(err))
     for option, path in (
         ("--ops-result", ops_result),
         ("--ops-learn-result", ops_learn_result),
@@ -196,6 +211,10 @@ def compare(
     )
     if results_dir is not None and not results_dir.is_dir():
         fail(f"--results-dir {results_dir} is not a folder; give the one holding coding_learn/, ops_learn/")
+    try:
+        check_inputs(config)
+    except ValueError as err:
+        fail(str(err))
     run_dir = out or runs_root / "compare" / new_run_id()
     options = [f"--preset {preset}"] + [
         f"{flag} {value}"
@@ -208,9 +227,15 @@ def compare(
         )
         if value is not None
     ]
-    result = run_compare(
-        config, run_dir, progress=echo_progress, command="transferlab compare " + " ".join(options)
-    )
+    run = start_run_meta(run_dir, "compare", config)
+    try:
+        result = run_compare(
+            config, run_dir, progress=echo_progress, command="transferlab compare " + " ".join(options)
+        )
+    except BaseException as err:
+        end_run_meta(run, err)
+        raise
+    end_run_meta(run)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=1, default=str))
         return
@@ -464,9 +489,10 @@ def runs_compare(
         console.print(f"wrote {plot}")
 
 
-def main() -> None:
-    """Entry point of the ``transferlab`` script."""
-    app()
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``transferlab`` script: the app under the one error contract (``--debug``
+    anywhere shows a traceback instead of one ``error:`` line)."""
+    run_app(app, argv, prog_name="transferlab")
 
 
 if __name__ == "__main__":

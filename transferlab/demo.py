@@ -78,8 +78,8 @@ class DemoConfig(BaseConfig):
         "subprocess and records that in the section summary.",
     )
     runs_root: Path = Field(default=Path("runs"), description="Root directory of the run store.")
-    compare_preset: Literal["test", "quick"] = Field(
-        default="quick", description="`transferlab compare` preset of the last section (test: seconds)."
+    compare_preset: Literal["smoke", "quick"] = Field(
+        default="quick", description="`transferlab compare` preset of the last section (smoke: seconds)."
     )
 
 

@@ -97,7 +97,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
         [
             "compare",
             "--preset",
-            "test",
+            "smoke",
             "--out",
             str(out),
             "--ops-result",
@@ -167,7 +167,7 @@ def test_result_json_is_in_the_shared_schema_with_matched_comparisons(run: tuple
     out, _, _ = run
     result = read_result(out / "result.json")
     assert result.experiment == "compare"
-    assert result.command.startswith("transferlab compare --preset test --out ")
+    assert result.command.startswith("transferlab compare --preset smoke --out ")
     ops = {c.cluster: c for c in result.comparisons if c.name == "ops multi-turn: rl - sft"}
     # the hand-made ops-learn result: RL 7/8 - SFT 1/8 over the same two seeds
     assert ops["seed"].estimate == pytest.approx(0.75) and ops["seed"].n_clusters == 2
@@ -224,7 +224,7 @@ def test_without_ratings_the_report_says_how_to_collect_them() -> None:
 
 def test_unknown_preset_is_refused() -> None:
     result = runner.invoke(app, ["compare", "--preset", "huge"])
-    assert result.exit_code == 2 and "test, quick, full" in result.output
+    assert result.exit_code == 2 and "use one of smoke, quick, cpu" in result.output
 
 
 def test_committed_results_are_found_outside_the_repository_root(
@@ -245,5 +245,5 @@ def test_committed_results_are_found_outside_the_repository_root(
 
 
 def test_a_results_dir_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["compare", "--preset", "test", "--results-dir", str(tmp_path / "nope")])
+    result = runner.invoke(app, ["compare", "--preset", "smoke", "--results-dir", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "is not a folder" in result.output

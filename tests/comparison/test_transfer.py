@@ -174,7 +174,7 @@ def test_resuming_a_transfer_run_another_process_owns_is_one_error_line(
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
         with pytest.raises(SystemExit) as exit_info:
-            tr.main(["--preset", "test", "--resume", str(run.dir), "--runs-root", str(tmp_path)])
+            tr.main(["--preset", "smoke", "--resume", str(run.dir), "--runs-root", str(tmp_path)])
     finally:
         proc.kill()
         proc.wait()
@@ -182,5 +182,5 @@ def test_resuming_a_transfer_run_another_process_owns_is_one_error_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: run ") and f"in use by pid {proc.pid}" in err[0]
     with pytest.raises(SystemExit) as exit_info:
-        tr.main(["--preset", "test", "--resume", str(tmp_path)])
+        tr.main(["--preset", "smoke", "--resume", str(tmp_path)])
     assert exit_info.value.code == 2 and "not a run directory" in capsys.readouterr().err

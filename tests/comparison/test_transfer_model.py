@@ -16,7 +16,7 @@ def test_transfer_test_preset_from_a_random_qwen2_checkpoint(tmp_path: Path) -> 
 
     model = init_checkpoint("qwen2", tmp_path / "qwen2", size="tiny")
     runs, report = tmp_path / "runs", tmp_path / "report"
-    args = ["--preset", "test", "--model", str(model)]
+    args = ["--preset", "smoke", "--model", str(model)]
     tr.main([*args, "--runs-root", str(runs), "--report-dir", str(report)])
     [run] = (runs / "transfer").iterdir()
     summary = json.loads((run / "artifacts" / "summary.json").read_text())

@@ -631,3 +631,45 @@ def test_a_mistyped_database_is_an_error_not_a_new_empty_store(tmp_path: Path) -
         assert res.exit_code == 2 and "no review database at" in _one_error_line(res), args
         assert not typo.exists(), args
     assert review_cli.sqlite_file("sqlite://") is None and review_cli.sqlite_file("postgresql://h/d") is None
+
+
+def test_users_list_disable_and_passwd(review: Review) -> None:
+    listed = review("users", "list", user="ada")
+    assert listed.exit_code == 0, listed.output
+    rows = [line.split("\t")[:3] for line in listed.stdout.splitlines()]
+    assert rows == [["ada", "admin", "active"], ["bob", "reviewer", "active"], ["cy", "approver", "active"]]
+    assert "listing accounts needs the admin role" in _one_error_line(review("users", "list", user="bob"))
+
+    assert review("users", "disable", "bob", user="ada").stdout.strip() == "disabled bob"
+    assert "unknown user or wrong password" in _one_error_line(review("list", user="bob"))
+    assert review("users", "list", user="ada").stdout.splitlines()[1].split("\t")[2] == "disabled"
+    assert "cannot disable their own account" in _one_error_line(
+        review("users", "disable", "ada", user="ada")
+    )
+    assert "no user 'zed'" in _one_error_line(review("users", "disable", "zed", user="ada"))
+
+    # an admin's new password enables the account again; the old one no longer works
+    reset = review("users", "passwd", "bob", user="ada", TRANSFERLAB_NEW_PASSWORD="new-pass-bob")
+    assert reset.stdout.strip() == "password set for bob"
+    assert review("list", user="bob", password="new-pass-bob").exit_code == 0
+    assert review("list", user="bob").exit_code != 0
+    # one's own password, yes; someone else's without being an admin, no
+    own = review("users", "passwd", "cy", user="cy", TRANSFERLAB_NEW_PASSWORD="new-pass-cy")
+    assert own.exit_code == 0, own.output
+    other = review(
+        "users", "passwd", "ada", user="cy", password="new-pass-cy", TRANSFERLAB_NEW_PASSWORD="x-pass-ada"
+    )
+    assert "changing another user's password needs the admin role" in _one_error_line(other)
+
+
+def test_a_signed_in_account_that_is_disabled_is_refused_at_its_next_call(review: Review) -> None:
+    from transferlab.human_review.service import ReviewService
+    from transferlab.human_review.service_common import AuthError
+    from transferlab.human_review.store import ReviewStore
+
+    service = ReviewService(ReviewStore(review.url))
+    ada, bob = service.authenticate("ada", PASSWORDS["ada"]), service.authenticate("bob", PASSWORDS["bob"])
+    service.submit(bob, SUGGESTION)
+    service.disable_user(ada, "bob")
+    with pytest.raises(AuthError, match="disabled"):
+        service.submit(bob, SUGGESTION)

@@ -14,10 +14,10 @@ from transferlab.offline.experiments import ComparisonConfig, preset
 
 def test_report_command_quick_preset(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    result = CliRunner().invoke(app, ["offline", "report", "--out", str(out), "--preset", "quick", "--json"])
+    result = CliRunner().invoke(app, ["offline", "report", "--out", str(out), "--preset", "smoke", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    cfg = preset("quick")
+    cfg = preset("smoke")
     main = summary["main"]
     assert set(main["policies"]) == {*cfg.learners, "marketer", "no_campaign"}
     for name in cfg.learners:
@@ -52,11 +52,14 @@ def test_report_command_quick_preset(tmp_path: Path) -> None:
 def test_unknown_preset_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["offline", "report", "--out", str(tmp_path), "--preset", "huge"])
     assert result.exit_code == 2
-    assert "unknown preset 'huge'" in result.output
+    assert "--preset 'huge' is not a preset: use one of smoke, cpu" in result.output
 
 
-def test_full_preset_is_the_documented_default() -> None:
-    assert preset("full") == ComparisonConfig()
+def test_cpu_preset_is_the_documented_default_and_old_names_still_work() -> None:
+    assert preset("cpu") == ComparisonConfig() == preset("full")
+    assert preset("quick") == preset("smoke")
+    with pytest.raises(ValueError, match="use one of smoke, cpu"):
+        preset("fast")
 
 
 def _evaluation(returns: dict[str, list[float]], chosen: str) -> object:

@@ -10,12 +10,16 @@ import typer
 from typer.testing import CliRunner
 
 from transferlab.platform.cli_kit import (
+    DEBUG_FLAG,
     EXIT_BAD_INPUT,
+    EXIT_FAILED,
     EXIT_UNAVAILABLE,
+    _split_debug,
     echo_progress,
     fail,
     fraction_progress,
     progress_bar,
+    run_app,
 )
 
 PACKAGE = Path(__file__).resolve().parents[2] / "transferlab"
@@ -72,3 +76,60 @@ def test_fraction_progress_writes_lines_when_stderr_is_not_a_terminal() -> None:
     assert "... half (50%, 0 s)" in result.stderr.splitlines()
     quiet = runner.invoke(_app(), ["--code", str(EXIT_BAD_INPUT), "--quiet"])
     assert "half" not in quiet.stderr
+
+
+def _raising_app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+
+    @app.command()
+    def go(kind: str = "value", path: str = "missing.json") -> None:
+        if kind == "value":
+            raise ValueError("--x 7 is too big; pass at most 5")
+        if kind == "file":
+            open(path, encoding="utf-8").close()
+        if kind == "bug":
+            raise KeyError("oops")
+
+    return app
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(_raising_app(), argv, prog_name="t")
+    return int(exit_info.value.code or 0), capsys.readouterr().err
+
+
+def test_run_app_turns_bad_input_into_one_error_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(["--kind", "value"], capsys)
+    assert (code, err) == (EXIT_BAD_INPUT, "error: --x 7 is too big; pass at most 5\n")
+
+
+def test_run_app_names_the_file_of_an_os_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.json"
+    code, err = _run(["--kind", "file", "--path", str(missing)], capsys)
+    assert code == EXIT_BAD_INPUT
+    assert err == f"error: No such file or directory: {missing}\n"
+
+
+def test_run_app_reports_a_bug_in_one_line_with_the_debug_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(["--kind", "bug"], capsys)
+    assert code == EXIT_FAILED
+    assert err.count("\n") == 1 and err.startswith("error: unexpected KeyError: 'oops'")
+    assert DEBUG_FLAG in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_debug_anywhere_lets_the_traceback_through(where: str) -> None:
+    argv = ["--kind", "value"]
+    argv = [DEBUG_FLAG, *argv] if where == "first" else [*argv, DEBUG_FLAG]
+    with pytest.raises(ValueError, match="too big"):
+        run_app(_raising_app(), argv, prog_name="t")
+
+
+def test_debug_after_a_double_dash_is_an_argument_not_the_flag() -> None:
+    assert _split_debug(["a", "--", DEBUG_FLAG]) == (["a", "--", DEBUG_FLAG], False)
+    assert _split_debug(["a", DEBUG_FLAG, "--", "b"]) == (["a", "--", "b"], True)
+
+
+def test_run_app_exits_0_when_the_command_succeeds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["--kind", "fine"], capsys) == (0, "")

@@ -16,7 +16,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from transferlab.cli import app
-from transferlab.platform.config import BaseConfig
+from transferlab.platform.config import BaseConfig, ConfigError
 from transferlab.platform.harness import Experiment
 from transferlab.platform.metrics import read_metrics
 from transferlab.platform.runstore import RunInUseError, RunStore
@@ -67,15 +67,17 @@ def test_arm_logger_restarts_an_arm_unless_its_trainer_resumes(tmp_path: Path) -
 
 
 def test_resuming_an_experiment_another_process_runs_is_refused(tmp_path: Path) -> None:
-    exp, _ = Experiment.open("tiny", TinyExperimentConfig(), tmp_path, None, quiet())
+    exp, _ = Experiment.open("coding-learn", TinyExperimentConfig(), tmp_path, None, quiet())
     exp.run.release()
     with held_by_another_process(exp.run.dir) as pid:
         with pytest.raises(RunInUseError, match=f"in use by pid {pid}"):
-            Experiment.open("tiny", TinyExperimentConfig(), tmp_path, exp.run.dir, quiet())
+            Experiment.open("coding-learn", TinyExperimentConfig(), tmp_path, exp.run.dir, quiet())
         res = CliRunner().invoke(app, ["coding", "experiment", "learn", "--resume", str(exp.run.dir)])
     assert res.exit_code == 2 and res.output.count("error:") == 1
     assert f"is in use by pid {pid}" in res.output
-    again, _ = Experiment.open("tiny", TinyExperimentConfig(), tmp_path, exp.run.dir, quiet())
+    with pytest.raises(ConfigError, match="is a run of 'coding-learn', not of 'tiny'"):
+        Experiment.open("tiny", TinyExperimentConfig(), tmp_path, exp.run.dir, quiet())
+    again, _ = Experiment.open("coding-learn", TinyExperimentConfig(), tmp_path, exp.run.dir, quiet())
     assert again.run.owned and len(again.run.meta["resumed_at"]) == 1
     bad = CliRunner().invoke(app, ["coding", "experiment", "learn", "--resume", str(tmp_path)])
     assert bad.exit_code == 2 and "is not a run directory" in bad.output

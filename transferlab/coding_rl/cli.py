@@ -26,7 +26,7 @@ import typer
 
 from transferlab.coding_rl.experiments.cli import app as experiment_app
 from transferlab.coding_rl.train_cli import register as register_train_commands
-from transferlab.platform.cli_kit import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_UNAVAILABLE, fail
+from transferlab.platform.cli_kit import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_UNAVAILABLE, echo_progress, fail
 
 if TYPE_CHECKING:
     from transferlab.coding_rl.tasks.corpus import BuildReport
@@ -296,6 +296,11 @@ def run_rollout(runs_root: Path = Path("runs"), **settings: Any) -> tuple[Any, P
     from transferlab.platform.trajectory import TrajectoryWriter
 
     config = RolloutConfig.build(**settings)
+    if config.tasks != "seed" and not (Path(config.corpus_dir) / "corpus.json").is_file():
+        echo_progress(
+            f"no task corpus at {config.corpus_dir}: building it first with the defaults (a few minutes, "
+            "once; `transferlab coding tasks build --out DIR` makes one ahead of time)"
+        )
     task_list = load_tasks(config.tasks, Path(config.corpus_dir))
     if not task_list:
         raise FileNotFoundError(f"the corpus at {config.corpus_dir} has no {config.tasks!r} tasks")

@@ -3,9 +3,12 @@
     transferlab ops experiment learn     [--preset cpu|smoke] [--config F] [--seeds 0,1,2] [--jobs N]
                                          [--runs-root DIR] [--report-dir DIR] [--resume RUN_DIR]
                                          [--model PATH]
-    transferlab ops experiment transfer  [--preset cpu|test] [--runs-root DIR] [--report-dir DIR]
+    transferlab ops train                [--preset cpu|smoke] [--seed N] [--init-from DIR] [--run-dir DIR]
+                                         [--runs-root DIR]
+    transferlab ops experiment transfer  [--preset cpu|smoke] [--runs-root DIR] [--report-dir DIR]
                                          [--resume RUN_DIR] [--model PATH] [--only-seeds 0,2]
 
+``train``: ops SFT + multi-turn GRPO alone, one seed, as a run (:mod:`transferlab.comparison.ops_training`).
 ``learn``: SFT vs SFT + multi-turn GRPO on held-out OpsAnalysis-v0 scenarios
 (:mod:`transferlab.comparison.ops_learn`). ``transfer``: a coding-trained policy vs one from scratch,
 both trained on ops (:mod:`transferlab.comparison.transfer`). Exit codes: 0 done, 2 bad input.
@@ -56,7 +59,58 @@ app.add_typer(experiment_app, name="experiment")
 
 class TransferPreset(StrEnum):
     cpu = "cpu"
-    test = "test"
+    smoke = "smoke"
+
+
+@app.command("train")
+def train(
+    preset: Annotated[
+        TransferPreset, typer.Option("--preset", help="cpu: the committed settings; smoke: a quick check.")
+    ] = TransferPreset.cpu,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the policy, the data order and sampling.")] = 0,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-from",
+            help="A policy directory to fine-tune (e.g. a coding policy's policy/); default: a fresh policy.",
+            show_default=False,
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run-dir", help="The run directory (default: a new one under --runs-root).", show_default=False
+        ),
+    ] = None,
+    runs_root: RunsRootOption = Path("runs"),
+) -> None:
+    """Ops SFT + multi-turn GRPO alone, one seed: the held-out success and rubric curve, as a run."""
+    from transferlab.comparison.ops_training import PRESETS, train_ops
+    from transferlab.platform.runstore import end_run_meta, new_run_id, start_run_meta
+
+    if init_from is not None and not (init_from / "config.json").is_file():
+        fail(f"--init-from {init_from} is not a saved policy (no config.json): pass a run's policy/ folder")
+    directory = run_dir or runs_root / "ops-train" / new_run_id()
+    if (directory / "result.json").is_file():
+        fail(f"--run-dir {directory} already holds a finished ops training; pick a new directory")
+    _main_guard()
+    import torch
+
+    torch.set_num_threads(1)
+    config = PRESETS[preset.value]().model_copy(update={"seed": seed})
+    run = start_run_meta(directory, "ops-train", config)
+    try:
+        res = train_ops(config, directory, init_from)
+    except BaseException as err:
+        end_run_meta(run, err)
+        raise
+    end_run_meta(run)
+    for p in res.curve:
+        typer.echo(
+            f"{p['stage']:>5} step {p['step']:>3}: "
+            f"held-out success {p['success']:.2f}, rubric {p['rubric']:.2f}"
+        )
+    typer.echo(f"{res.seconds:.0f} s; run directory {directory}")
 
 
 @experiment_app.command("learn")
@@ -86,7 +140,7 @@ def learn(
 @experiment_app.command("transfer")
 def transfer(
     preset: Annotated[
-        TransferPreset, typer.Option("--preset", help="cpu: the committed settings; test: a quick check.")
+        TransferPreset, typer.Option("--preset", help="cpu: the committed settings; smoke: a quick check.")
     ] = TransferPreset.cpu,
     runs_root: RunsRootOption = Path("runs"),
     report_dir: ReportDirOption = None,

@@ -33,7 +33,7 @@ from pydantic import Field
 from transferlab.coding_rl.measures import measure_coding
 from transferlab.comparison.measures import measure_offline
 from transferlab.platform.config import BaseConfig
-from transferlab.platform.io import atomic_write_json
+from transferlab.platform.io import atomic_write_json, read_json_object
 from transferlab.platform.measures import (
     LAYERS,
     PROPERTIES,
@@ -102,7 +102,7 @@ class CompareConfig(BaseConfig):
 
 
 PRESETS: dict[str, CompareConfig] = {
-    "test": CompareConfig(
+    "smoke": CompareConfig(
         replays=3,
         coding_episodes=4,
         agreement_pairs=4,
@@ -117,7 +117,7 @@ PRESETS: dict[str, CompareConfig] = {
         sim_log_days=60,
     ),
     "quick": CompareConfig(),
-    "full": CompareConfig(
+    "cpu": CompareConfig(
         replays=20,
         coding_episodes=64,
         agreement_pairs=60,
@@ -132,6 +132,8 @@ PRESETS: dict[str, CompareConfig] = {
         sim_log_days=240,
     ),
 }
+PRESET_ALIASES = {"test": "smoke", "full": "cpu"}
+"""The presets' earlier names (still accepted: committed results name them in their commands)."""
 
 
 @dataclass
@@ -186,8 +188,10 @@ def _ops_summary(config: CompareConfig) -> tuple[dict[str, Any], str]:
     path = Path(config.ops_result or Path(config.results_dir, "transfer", "summary.json"))
     if not path.is_file():
         return {}, str(path)
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if "arms" not in data or "scratch" not in data["arms"]:
+    data = read_json_object(
+        path, "pass the summary.json that `transferlab ops experiment transfer --report-dir DIR` writes"
+    )
+    if not isinstance(data.get("arms"), dict) or "scratch" not in data["arms"]:
         raise ValueError(
             f"{path} is not a transfer summary (no arms.scratch): pass the summary.json that "
             "`transferlab ops experiment transfer --report-dir DIR` writes"
@@ -322,6 +326,28 @@ def measure_transfer(config: CompareConfig, result: CompareResult, say: Progress
         result.transfer_source = f"{src}; transfer - scratch at the end: {diff}"
 
 
+def _human_agreement(path: str) -> dict[str, Any]:
+    """The reviewers-vs-rubric agreement file; ``ValueError`` naming the fix when it is not one."""
+    fix = "pass the file that `transferlab review reports agreement --out` writes"
+    data = read_json_object(path, fix)
+    missing = {"spearman", "mean_abs_diff", "n"} - set(data)
+    if missing:
+        raise ValueError(f"{path} lacks {sorted(missing)}: {fix}")
+    return data
+
+
+def check_inputs(config: CompareConfig) -> None:
+    """Read every result file the config names before anything is measured, so a bad one fails in a
+    second, not after the measuring; ``ValueError`` naming the file and the fix."""
+    from transferlab.platform.results import read_result
+
+    _ops_summary(config)
+    if config.human_agreement is not None:
+        _human_agreement(config.human_agreement)
+    if config.ops_learn_result is not None:
+        read_result(config.ops_learn_result)
+
+
 def with_humans(agree: Measure, path: str | None) -> Measure:
     """The rubric-vs-second-grader measure, with the rubric-vs-humans agreement added when rated."""
     how = "review app: "
@@ -331,13 +357,7 @@ def with_humans(agree: Measure, path: str | None) -> Measure:
             "`transferlab review reports agreement --out FILE` and `--human-agreement FILE`)"
         )
         return Measure(agree.value, agree.unit, f"{agree.how}; {how}", agree.extra)
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    missing = {"spearman", "mean_abs_diff", "n"} - set(data)
-    if missing:
-        raise ValueError(
-            f"{path} lacks {sorted(missing)}: "
-            "pass the file that `transferlab review reports agreement --out` writes"
-        )
+    data = _human_agreement(path)
     how += (
         f"rubric vs reviewers on {data['n']} rated reports: Spearman {data['spearman']:.2f}, "
         f"mean |diff| {data['mean_abs_diff']:.2f} points"

@@ -145,7 +145,8 @@ def ops_test_config(seed: int = 0) -> OpsTrainingConfig:
     )
 
 
-PRESETS: dict[str, Any] = {"cpu": OpsTrainingConfig, "test": ops_test_config}
+PRESETS: dict[str, Any] = {"cpu": OpsTrainingConfig, "smoke": ops_test_config, "test": ops_test_config}
+"""``test`` is ``smoke``'s earlier name."""
 
 
 # ----------------------------------------------------------------------------------- env and tasks

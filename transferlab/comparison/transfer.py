@@ -145,7 +145,8 @@ def transfer_test_config() -> TransferConfig:
     )
 
 
-PRESETS: dict[str, Any] = {"cpu": TransferConfig, "test": transfer_test_config}
+PRESETS: dict[str, Any] = {"cpu": TransferConfig, "smoke": transfer_test_config, "test": transfer_test_config}
+"""``test`` is ``smoke``'s earlier name."""
 
 
 # ------------------------------------------------------------------------------------------ habits

@@ -100,7 +100,8 @@ DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Review database URL (sqlite:///PATH or postgresql+psycopg://...); default: "
+        help="Review database: a SQLite file's path, or a URL (sqlite:///PATH, postgresql+psycopg://...); "
+        "default: "
         "$TRANSFERLAB_REVIEW_DB or review.db in the user data directory.",
         show_default=False,
     ),
@@ -112,8 +113,15 @@ UserOption = Annotated[
 
 
 def _url(db: str | None) -> str:
+    """The database URL of ``--db``: a URL as given, a plain path as that SQLite file, else the default.
+
+    >>> _url("sqlite:///a.db"), _url("/srv/review.db")
+    ('sqlite:///a.db', 'sqlite:////srv/review.db')
+    """
     from transferlab.human_review.store import default_url
 
+    if db and "://" not in db:
+        return f"sqlite:///{Path(db).expanduser().absolute()}"
     return db or default_url()
 
 
@@ -226,16 +234,21 @@ def _guarded(command: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def _password(env: str = ENV_PASSWORD, who: str = "the --user") -> str:
+    """``$env``, else asked on a terminal, else a refusal naming the variable (never an argument)."""
     password = os.environ.get(env, "")
+    if not password and sys.stdin.isatty():
+        import getpass
+
+        password = getpass.getpass(f"{who}'s password: ")
     if not password:
-        fail(f"set {env} to {who}'s password (it is never taken on the command line)")
+        fail(f"set {env} to {who}'s password, or run this on a terminal to be asked for it")
     return password
 
 
 def _sign_in(service: ReviewService, user: str | None) -> User:
     if not user:
         fail("name the acting user with --user NAME (its password in $TRANSFERLAB_PASSWORD)")
-    password = _password()
+    password = _password(who=user)
     with _refusals():
         return service.authenticate(user, password)
     raise AssertionError("unreachable")  # pragma: no cover  (fail() exits)
@@ -297,6 +310,51 @@ def users_add_command(
     with _refusals():
         created = service.add_user(actor, name, new_password, role)  # type: ignore[arg-type]
     print(f"added {created.name} ({created.role})")
+
+
+@users_app.command("list")
+@_guarded
+def users_list_command(db: DbOption = None, user: UserOption = None) -> None:
+    """Every account: name, role, created, and whether it is disabled (admin only)."""
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        rows = service.list_users(actor)
+    for account, disabled in rows:
+        state = "disabled" if disabled else "active"
+        print(f"{account.name}\t{account.role}\t{state}\t{account.created_at:%Y-%m-%d %H:%M}")
+
+
+@users_app.command("disable")
+@_guarded
+def users_disable_command(
+    name: Annotated[str, typer.Argument(help="The account to disable.")],
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Refuse every sign-in of an account from now on (admin only); `users passwd` enables it again."""
+    service = _service(db)
+    actor = _sign_in(service, user)
+    with _refusals():
+        disabled = service.disable_user(actor, name)
+    print(f"disabled {disabled.name}")
+
+
+@users_app.command("passwd")
+@_guarded
+def users_passwd_command(
+    name: Annotated[str, typer.Argument(help="The account whose password to set.")],
+    db: DbOption = None,
+    user: UserOption = None,
+) -> None:
+    """Set a password: your own, or anyone's as an admin (which enables a disabled account). The new
+    one from $TRANSFERLAB_NEW_PASSWORD, else asked twice on a terminal."""
+    service = _service(db)
+    actor = _sign_in(service, user)
+    new_password = _new_password(name)
+    with _refusals():
+        changed = service.set_password(actor, name, new_password)
+    print(f"password set for {changed.name}")
 
 
 # ----------------------------------------------------------------------------------- suggestions

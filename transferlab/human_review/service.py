@@ -111,6 +111,19 @@ class ReviewService:
         """Change a user's role (admin only); takes effect on that user's next call."""
         return service_accounts.set_role(self._ctx, actor, name, role)
 
+    def list_users(self, actor: User) -> list[tuple[User, bool]]:
+        """Every account with whether it is disabled, oldest first (admin only)."""
+        return service_accounts.list_users(self._ctx, actor)
+
+    def disable_user(self, actor: User, name: str) -> User:
+        """Refuse every sign-in of ``name`` from now on, signed-in sessions included (admin only; not
+        one's own account). ``set_password`` by an admin enables it again."""
+        return service_accounts.disable_user(self._ctx, actor, name)
+
+    def set_password(self, actor: User, name: str, password: str) -> User:
+        """Set ``name``'s password: one's own, or anyone's as an admin (enabling a disabled account)."""
+        return service_accounts.set_password(self._ctx, actor, name, password)
+
     def user(self, name: str) -> User | None:
         """The account ``name`` as stored now (its current role), or None. Not a sign-in: every other
         method still re-reads and checks the actor's role."""

@@ -19,11 +19,13 @@ from sqlalchemy.orm import Session
 from transferlab.human_review.auth import ROLES, Role, hash_password, password_problem, verify_password
 from transferlab.human_review.schema import ReviewError
 from transferlab.human_review.service_common import (
+    DISABLED_PREFIX,
     AuthError,
     NotFound,
     PermissionDenied,
     ServiceContext,
     User,
+    is_disabled,
     require,
 )
 from transferlab.human_review.store import SignInFailureRow, UserRow
@@ -36,6 +38,9 @@ __all__ = [
     "SignInThrottled",
     "add_user",
     "authenticate",
+    "disable_user",
+    "list_users",
+    "set_password",
     "set_role",
     "user",
 ]
@@ -98,6 +103,53 @@ def set_role(ctx: ServiceContext, actor: User, name: str, role: Role) -> User:
             raise NotFound(f"no user {name!r}")
         row.role = role
         return User(id=row.id, name=row.name, role=role, created_at=row.created_at)
+
+
+def _user_of(row: UserRow) -> User:
+    return User(id=row.id, name=row.name, role=cast(Role, row.role), created_at=row.created_at)
+
+
+def _named(s: Session, name: str) -> UserRow:
+    row = s.scalar(select(UserRow).where(UserRow.name == name))
+    if row is None:
+        raise NotFound(f"no user {shown(name)!r}; `transferlab review users list` shows the accounts")
+    return row
+
+
+def list_users(ctx: ServiceContext, actor: User) -> list[tuple[User, bool]]:
+    """:meth:`ReviewService.list_users`: every account and whether it is disabled (admin only)."""
+    with ctx.store.session() as s:
+        require(s, actor, "admin", "listing accounts")
+        rows = s.scalars(select(UserRow).order_by(UserRow.id)).all()
+        return [(_user_of(row), is_disabled(row)) for row in rows]
+
+
+def disable_user(ctx: ServiceContext, actor: User, name: str) -> User:
+    """:meth:`ReviewService.disable_user`: no sign-in for ``name`` any more (admin only, not oneself)."""
+    with ctx.store.session() as s:
+        me = require(s, actor, "admin", "disabling accounts")
+        row = _named(s, name)
+        if row.id == me.id:
+            raise ReviewError("an admin cannot disable their own account; ask another admin")
+        if not is_disabled(row):
+            row.password_hash = DISABLED_PREFIX + row.password_hash
+        return _user_of(row)
+
+
+def set_password(ctx: ServiceContext, actor: User, name: str, password: str) -> User:
+    """:meth:`ReviewService.set_password`: one's own password, or anyone's as an admin (which also
+    enables a disabled account)."""
+    problem = password_problem(password)
+    if problem is not None:
+        raise ReviewError(problem)
+    password_hash = hash_password(password)  # slow on purpose: outside the transaction
+    with ctx.store.session() as s:
+        me = require(s, actor, "viewer", "changing a password")
+        row = _named(s, name)
+        if row.id != me.id:
+            require(s, actor, "admin", "changing another user's password")
+        row.password_hash = password_hash
+        return _user_of(row)
 
 
 def user(ctx: ServiceContext, name: str) -> User | None:

@@ -186,11 +186,23 @@ def free_text(value: str | None, what: str, *, required: bool = False, limit: in
     return text or None
 
 
+DISABLED_PREFIX = "!"
+"""A disabled account's stored password hash starts with this (as in /etc/shadow): no password matches
+it, and a new password (``users passwd``) enables the account again."""
+
+
+def is_disabled(row: UserRow) -> bool:
+    """Whether the stored account is disabled."""
+    return row.password_hash.startswith(DISABLED_PREFIX)
+
+
 def user_row(s: Session, actor: User) -> UserRow:
-    """The actor as stored now (its role may have changed since sign-in)."""
+    """The actor as stored now (its role may have changed, or it may have been disabled, since sign-in)."""
     row = s.scalar(select(UserRow).where(UserRow.name == getattr(actor, "name", None)))
     if row is None or row.id != actor.id:
         raise AuthError(f"unknown user {getattr(actor, 'name', actor)!r}; sign in again")
+    if is_disabled(row):
+        raise AuthError(f"the account {row.name!r} is disabled; ask an admin")
     return row
 
 

@@ -4,7 +4,7 @@ Commands::
 
     transferlab offline ope-obd --behavior RANDOM_CSV --evaluation BTS_CSV [--json] [--seed N] [--n-boot N]
     transferlab offline train --logs DIR [--learner NAME|all ...] [--steps N] [--run-dir DIR] [--json]
-    transferlab offline report --out DIR [--preset quick|full] [--obd OBD_DIR] [--json]
+    transferlab offline report --out DIR [--preset smoke|cpu] [--obd OBD_DIR] [--json]
 
 Exit codes: 0 done; 2 bad input (a file that is missing or malformed, a bad option).
 
@@ -150,22 +150,22 @@ def train_command(
         Path | None,
         typer.Option(
             "--run-dir",
-            help="Run directory (default runs/offline-train/<time>); rerun with the same one to resume: "
-            "learners already saved there are loaded, not retrained.",
+            help="Run directory (default <runs-root>/offline-train/<run-id>); rerun with the same one to "
+            "resume: learners already saved there are loaded, not retrained.",
             show_default=False,
         ),
     ] = None,
+    runs_root: Annotated[Path, typer.Option("--runs-root", help="Root of the run store.")] = Path("runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
 ) -> None:
     """Train offline RL learners (d3rlpy) on campaign logs; value them in the world, by OPE and coverage."""
     import json
-    import time
 
     from transferlab.offline.datasets import DatasetError
     from transferlab.offline.learners import LEARNERS
     from transferlab.offline.train import OfflineTrainConfig, train_offline
     from transferlab.platform.config import ConfigError
-    from transferlab.platform.runstore import RunInUseError, RunLock, end_run_meta, start_run_meta
+    from transferlab.platform.runstore import RunInUseError, RunLock, end_run_meta, new_run_id, start_run_meta
     from transferlab.simulator.logs import LogError, read_logs
 
     names = list(learner or [])
@@ -191,7 +191,7 @@ def train_command(
         tables = [read_logs(p) for p in logs]
     except (ConfigError, LogError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
-    out = run_dir or Path("runs") / "offline-train" / time.strftime("%Y%m%d-%H%M%S")
+    out = run_dir or runs_root / "offline-train" / new_run_id()
     saved = out / "config.json"
     if saved.is_file() and json.loads(saved.read_text()) != cfg.to_dict():
         fail(f"{out} holds a run with another config: choose a new --run-dir, or rerun with the same options")
@@ -230,15 +230,13 @@ def report_command(
     out: Annotated[Path, typer.Option("--out", help="Directory for result.json and report.md/html.")],
     preset: Annotated[
         str,
-        typer.Option(
-            "--preset", help="'quick' (about a minute, a smoke test) or 'full' (the committed report)."
-        ),
-    ] = "full",
+        typer.Option("--preset", help="smoke (about a minute, a check) or cpu (the committed report)."),
+    ] = "cpu",
     seeds: Annotated[
         str | None,
         typer.Option(
             "--seeds",
-            help="Training seeds of the main comparison, comma-separated (default: the preset's; full: "
+            help="Training seeds of the main comparison, comma-separated (default: the preset's; cpu: "
             "0,1,2).",
             show_default=False,
         ),
@@ -258,12 +256,14 @@ def report_command(
     """Compare every learner on generated logs (world, simulator, OPE, coverage) and sweep exploration."""
     import json
 
-    from transferlab.offline.experiments import ComparisonConfig, run_comparison
+    from transferlab.offline.experiments import PRESET_ALIASES, PRESETS, ComparisonConfig, run_comparison
     from transferlab.offline.experiments import preset as get_preset
+    from transferlab.platform.cli_kit import canonical_preset
     from transferlab.platform.config import ConfigError
 
     try:
-        cfg = get_preset(preset)  # type: ignore[arg-type]
+        preset = canonical_preset(preset, PRESETS, PRESET_ALIASES)
+        cfg = get_preset(preset)
         if seeds is not None:
             try:
                 parsed = [int(x) for x in seeds.split(",") if x.strip()]

@@ -7,15 +7,21 @@ Exit codes, the same in every command group::
     2 EXIT_BAD_INPUT    bad input: a missing or malformed file, a bad option, a refused request
     3 EXIT_UNAVAILABLE  something this machine or account lacks (no sandbox backend, permission denied)
 
+Every ``transferlab`` command runs through :func:`run_app`, the one top-level handler: an exception
+that escapes a command becomes one ``error:`` line (exit 2 for bad input -- a ``ValueError`` or an
+``OSError`` -- and exit 1 for anything else), and the traceback is shown only with ``--debug`` (or
+``TRANSFERLAB_DEBUG=1``).
+
 Only typer and the standard library are imported at module level (rich inside the progress
 helpers), so a CLI module that imports this stays fast to import.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -25,12 +31,95 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
+EXIT_INTERRUPTED = 130
+
+DEBUG_FLAG = "--debug"
+"""Anywhere on the command line (before a ``--``): show the traceback of an error instead of one line."""
+
+
+_debug = [False]
+"""Set by :func:`run_app` when ``--debug`` is on: :func:`fail` then prints the traceback it handles."""
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code`` (no traceback)."""
+    """Print ``error: message`` on stderr and exit with ``code``; no traceback unless ``--debug`` is on
+    and ``fail`` is called while an exception is being handled (then that exception's traceback first)."""
+    if _debug[0] and sys.exc_info()[1] is not None:
+        import traceback
+
+        traceback.print_exc()
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+PRESET_WORDS = "smoke: a check in seconds to minutes; cpu: the settings behind the committed results"
+"""What the preset names every command shares mean (some commands add a level between the two)."""
+
+
+def canonical_preset(name: str, presets: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """``name`` as one of ``presets`` (an older name in ``aliases`` maps to its new one); a
+    ``ValueError`` listing the choices otherwise.
+
+    >>> canonical_preset("full", ["smoke", "cpu"], {"full": "cpu"})
+    'cpu'
+    """
+    choices = list(presets)
+    name = (aliases or {}).get(name, name)
+    if name not in choices:
+        raise ValueError(f"--preset {name!r} is not a preset: use one of {', '.join(choices)}")
+    return name
+
+
+def _split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without ``--debug`` (before any ``--``) and whether it was there (or TRANSFERLAB_DEBUG=1)."""
+    args = list(argv)
+    end = args.index("--") if "--" in args else len(args)
+    debug = DEBUG_FLAG in args[:end]
+    if debug:
+        args = [a for a in args[:end] if a != DEBUG_FLAG] + args[end:]
+    return args, debug or os.environ.get("TRANSFERLAB_DEBUG", "") == "1"
+
+
+def describe_error(err: BaseException) -> tuple[str, int]:
+    """The one ``error:`` line for an exception that escaped a command, and the exit code.
+
+    A ``ValueError`` or ``OSError`` is bad input the command anticipated (a bad value, a missing,
+    unreadable or corrupt file): its message already names the problem and the fix, exit 2. Anything
+    else is a bug: its type and message, a pointer to ``--debug``, exit 1."""
+    if isinstance(err, OSError):
+        where = f" {err.filename}" if err.filename else ""
+        return f"{err.strerror or err}{':' if where else ''}{where}", EXIT_BAD_INPUT
+    if isinstance(err, ValueError):
+        return str(err) or type(err).__name__, EXIT_BAD_INPUT
+    return (
+        f"unexpected {type(err).__name__}: {err} (a bug: rerun with {DEBUG_FLAG} for the traceback "
+        "and report it)",
+        EXIT_FAILED,
+    )
+
+
+def run_app(
+    app: Callable[..., object], argv: Sequence[str] | None = None, prog_name: str | None = None
+) -> NoReturn:
+    """Run a typer ``app`` under the one error contract (see the module docstring); never returns."""
+    args, debug = _split_debug(sys.argv[1:] if argv is None else argv)
+    _debug[0] = debug
+    try:
+        app(args=args, prog_name=prog_name, standalone_mode=True)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as err:
+        if debug:
+            raise
+        message, code = describe_error(err)
+        typer.echo(f"error: {message}", err=True)
+        sys.exit(code)
+    finally:
+        _debug[0] = False
+    sys.exit(EXIT_OK)
 
 
 @contextmanager

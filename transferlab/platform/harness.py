@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from transferlab.platform.config import BaseConfig
+from transferlab.platform.config import BaseConfig, ConfigError
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.metrics import ParquetLogger
 from transferlab.platform.reports import Report, ReportPaths
@@ -70,7 +70,13 @@ class Experiment:
             run = RunStore(runs_root).create_run(name, config, shared=shared)
             return cls(run, console, shared), config
         run = RunStore(runs_root).open_path(resume)
-        run.acquire(shared)  # first: a run in use is refused whatever its config
+        kind = run.meta.get("experiment")
+        if kind != name:  # before acquire, which marks the run resumed
+            raise ConfigError(
+                f"--resume {resume} is a run of {kind!r}, not of {name!r}: resume it with the command "
+                "that made it (its meta.json names the experiment), or leave out --resume to start anew"
+            )
+        run.acquire(shared)  # then: a run in use is refused whatever its config
         saved = run.load_config(type(config))
         return cls(run, console, shared), saved
 

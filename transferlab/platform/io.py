@@ -29,6 +29,7 @@ __all__ = [
     "atomic_write_parquet",
     "atomic_write_text",
     "honour_umask",
+    "read_json_object",
     "temp_directory",
 ]
 
@@ -152,6 +153,20 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """
     text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return atomic_write_text(path, text)
+
+
+def read_json_object(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
+    """The JSON object in ``path``; a ``ValueError`` naming the file, the problem and ``fix`` (what to
+    pass instead) when it cannot be read, is not JSON or is not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ValueError(f"cannot read {path} ({err.strerror or err}): {fix}") from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}): {fix}") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object: {fix}")
+    return data
 
 
 def atomic_write_parquet(path: str | os.PathLike[str], df: pd.DataFrame) -> Path:

@@ -45,7 +45,13 @@ def generate_logs_command(
     customers: Annotated[int, typer.Option("--customers", help="Customers in the world.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the world and the marketer.")] = 0,
     epsilon: Annotated[
-        float, typer.Option("--epsilon", help="Share of the marketer's choices made uniformly at random.")
+        float,
+        typer.Option(
+            "--epsilon",
+            min=0.0,
+            max=1.0,
+            help="Share of the marketer's choices made uniformly at random (0 to 1).",
+        ),
     ] = 0.1,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:

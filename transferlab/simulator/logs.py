@@ -207,10 +207,19 @@ def read_logs(path: str | os.PathLike[str]) -> Logs:
             raise LogError(
                 f"{file} is missing: a log directory needs {', '.join(f + '.parquet' for f in LOG_FILES)}"
             )
-        tables[name] = pd.read_parquet(file)
+        try:
+            tables[name] = pd.read_parquet(file)
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            raise LogError(
+                f"{file} is not a readable Parquet table ({err}): regenerate the logs with "
+                f"`transferlab sim generate-logs --out {path}`"
+            ) from err
     validate_tables(tables)
     manifest_file = path / "manifest.json"
-    manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
+    try:
+        manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
+    except (OSError, ValueError) as err:
+        raise LogError(f"{manifest_file} is not valid JSON ({err}): regenerate the logs") from err
     return Logs(manifest=manifest, **tables)
 
 

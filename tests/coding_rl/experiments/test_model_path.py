@@ -64,7 +64,7 @@ def test_a_bad_model_path_on_the_transfer_command_is_one_error_line(
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(SystemExit) as exit_info:
-        tr.main(["--preset", "test", "--model", str(empty), "--runs-root", str(tmp_path / "runs")])
+        tr.main(["--preset", "smoke", "--model", str(empty), "--runs-root", str(tmp_path / "runs")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: cannot load a policy from") and "config.json" in err[0]

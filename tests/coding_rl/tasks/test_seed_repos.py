@@ -15,7 +15,15 @@ from transferlab.coding_rl.tasks.seed_repos import (
     quick_sort_task,
     seed_repo_tasks,
 )
-from transferlab.coding_rl.tasks.validate import CHECKS, validate_task
+from transferlab.coding_rl.tasks.validate import (
+    CHECKS,
+    Check,
+    TaskValidation,
+    _retry_timing,
+    timing_suspect,
+    validate_task,
+    validate_tasks,
+)
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +99,38 @@ def test_calculator_rejects_a_file_with_only_divide(verifier: Verifier) -> None:
     result = verifier.grade(task.code_task("all"), only_divide)
     assert result.status != "passed"
     assert verifier.grade(task.code_task("all"), task.reference_source).status == "passed"
+
+
+def _busy_machine_verdict(task: RepoTask, verifier: Verifier) -> TaskValidation:
+    """The task's real validation, as a loaded machine could have seen it: the reference over budget."""
+    real = validate_task(task, verifier)
+    checks = dict(real.checks)
+    checks["runtime_within_budget"] = Check(ok=False, detail="reference took 1.400s; budget 1s")
+    return real.model_copy(update={"ok": False, "checks": checks})
+
+
+def test_a_task_dropped_only_for_timing_is_revalidated_alone_and_kept(verifier: Verifier) -> None:
+    task = calculator_task()
+    busy = _busy_machine_verdict(task, verifier)
+    assert timing_suspect(busy)
+    [quiet] = _retry_timing([task], [busy], verifier, reruns=3, fail_fast=True)
+    assert quiet.ok and quiet.runs == 3
+
+
+def test_a_task_really_over_budget_stays_dropped_after_the_quiet_retry(verifier: Verifier) -> None:
+    task = calculator_task()
+    tight = task.model_copy(update={"meta": task.meta.model_copy(update={"efficiency_budget_s": 1e-9})})
+    [result] = validate_tasks([tight], verifier, fail_fast=True)
+    assert not result.ok and result.failed_checks() == ["runtime_within_budget"]
+
+
+def test_only_timing_prone_failures_are_suspects(verifier: Verifier) -> None:
+    task = calculator_task()
+    real = validate_task(task, verifier)
+    assert not timing_suspect(real)  # valid: nothing to retry
+    checks = dict(real.checks)
+    checks["buggy_fails_dev"] = Check(ok=False, detail="passed, 5/5 passed")
+    assert not timing_suspect(real.model_copy(update={"ok": False, "checks": checks}))
+    checks = dict(real.checks)
+    checks["deterministic_3_reruns"] = Check(ok=False, detail="3 runs, 2 different verdicts")
+    assert timing_suspect(real.model_copy(update={"ok": False, "checks": checks}))

@@ -248,12 +248,17 @@ def validate_tasks(
     *,
     fail_fast: bool = False,
     progress: ProgressFn | None = None,
+    retry_timing: bool = True,
 ) -> list[TaskValidation]:
     """Validate many tasks, every sandbox job batched through ``verifier.grade_many``.
 
     With ``fail_fast`` a task with too few tests is not run at all, and only tasks whose first run
     passes every check are rerun (the others' ``deterministic_3_reruns`` is reported as not run).
     ``progress(done, planned)`` is called as jobs finish.
+
+    Verdicts must not depend on how busy the machine is: a task that fails only where timing enters
+    (the reference over its runtime budget, a timeout, an infrastructure error) is validated again on
+    its own, with the sandbox otherwise idle, and that quiet verdict is kept (``retry_timing``).
     """
     if reruns < 1:
         raise ValueError(f"reruns must be >= 1, got {reruns}")
@@ -262,6 +267,16 @@ def validate_tasks(
     active = [i for i, t in enumerate(tasks) if not (fail_fast and _n_tests(t) < MIN_TESTS)]
     done = 0
     rounds = [1, reruns - 1] if fail_fast else [reruns]
+    if retry_timing:
+        return _retry_timing(
+            tasks,
+            validate_tasks(
+                tasks, verifier, reruns, fail_fast=fail_fast, progress=progress, retry_timing=False
+            ),
+            verifier,
+            reruns,
+            fail_fast,
+        )
     for r, count in enumerate(rounds):
         if r == 1:
             active = [i for i in active if _first_run_ok(tasks[i], runs[i][0])]
@@ -275,6 +290,39 @@ def validate_tasks(
                 base = c * per_round + 3 * k
                 runs[i].append(_Run(*results[base : base + 3]))
     return [_evaluate(task, runs[i], reruns) for i, task in enumerate(tasks)]
+
+
+TIMING_CHECKS = frozenset({"runtime_within_budget", "deterministic_3_reruns", "reference_passes_all"})
+"""Checks a busy machine can fail (a slow or timed-out reference, a verdict that flips on a timeout)."""
+
+TIMING_STATUSES = frozenset({"timeout", "infra_error"})
+
+
+def timing_suspect(validation: TaskValidation) -> bool:
+    """Whether a failed validation may be the machine's load, not the task: only timing-prone checks
+    failed, and a run was over budget, timed out or hit an infrastructure error."""
+    failed = set(validation.failed_checks())
+    if validation.ok or not failed or not failed <= TIMING_CHECKS:
+        return False
+    if "runtime_within_budget" in failed:
+        return True
+    details = " ".join(validation.checks[name].detail for name in failed)
+    return any(status in details for status in TIMING_STATUSES) or "different verdicts" in details
+
+
+def _retry_timing(
+    tasks: Sequence[RepoTask],
+    validations: list[TaskValidation],
+    verifier: Verifier,
+    reruns: int,
+    fail_fast: bool,
+) -> list[TaskValidation]:
+    """``validations`` with each timing suspect replaced by a validation of that task alone."""
+    out = list(validations)
+    for i, validation in enumerate(validations):
+        if timing_suspect(validation):
+            out[i] = validate_tasks([tasks[i]], verifier, reruns, fail_fast=fail_fast, retry_timing=False)[0]
+    return out
 
 
 def validate_task(task: RepoTask, verifier: Verifier, reruns: int = 3) -> TaskValidation:
