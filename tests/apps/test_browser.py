@@ -84,6 +84,18 @@ def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Review
                     "profit": {"estimate": 18.0, "low": 4.0, "high": 31.0},
                     "discount_cost": {"estimate": 9.0, "low": 6.0, "high": 12.0},
                 },
+                "uplift": {
+                    "no_campaign": {
+                        "orders": {"estimate": 6.0, "low": 1.0, "high": 11.0},
+                        "profit": {"estimate": 7.5, "low": -2.0, "high": 15.0},
+                        "discount_cost": {"estimate": 9.0, "low": 6.0, "high": 12.0},
+                    },
+                    "current": {
+                        "orders": {"estimate": 2.0, "low": -3.0, "high": 7.0},
+                        "profit": {"estimate": 3.25, "low": -5.0, "high": 11.0},
+                        "discount_cost": {"estimate": 4.0, "low": 0.0, "high": 8.0},
+                    },
+                },
                 "ope": {
                     "estimator": "dr",
                     "estimate": 1.2,
@@ -91,6 +103,8 @@ def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Review
                     "high": 1.8,
                     "trusted": True,
                     "ess": 95.0,
+                    "ess_share": 0.26,
+                    "behaviour": 1.05,
                 },
                 "policy": "cql",
             },
@@ -213,6 +227,7 @@ def test_sign_in_approve_execute_in_chromium(
     _button(driver, "Open suggestion").click()
     _wait_text(driver, f"#{sid}: pending")
     _wait_text(driver, "<script>alert(1)</script> stays text.")  # shown literally, never run
+    _wait_text(driver, "against 1.05 for what the shop does now")  # the OPE verdict in words
     time.sleep(1.0)  # the charts
     driver.save_screenshot(str(shots / "review_suggestion.png"))
 

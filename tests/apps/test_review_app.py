@@ -244,11 +244,19 @@ def test_reasoning_is_literal_text_never_markdown_or_html(seeded: Seeded) -> Non
 
 def test_batch_approval_on_the_queue(seeded: Seeded) -> None:
     at = open_app("rita", "queue")
-    assert at.multiselect(key="batch_pick").options == [f"#{seeded.low}"]  # high risk is not offered
+    [option] = at.multiselect(key="batch_pick").options  # high risk is not offered
+    assert option.startswith(f"#{seeded.low} (low risk): 5% off") and "segment loyal" in option
+    assert at.metric[0].value == "2"
     at.multiselect(key="batch_pick").select(seeded.low).run()
+    shown_first = at.dataframe[1].value.iloc[0]  # what is about to be approved, with its evidence
+    assert (shown_first["id"], shown_first["predicted profit ($)"]) == (seeded.low, "12.0 [3.00, 20.0]")
     at.button(key="batch_approve").click().run()
     assert f"#{seeded.low} approved" in [s.value for s in at.success]
     assert seeded.svc.get(seeded.users["ada"], seeded.low).state == "approved"
+    # the page refreshed after the decision: the count and the picker as the store has them now
+    assert at.metric[0].value == "1"
+    assert at.multiselect(key="batch_pick").options == []
+    assert seeded.low not in list(at.dataframe[0].value["id"])
 
 
 def test_queue_filters_and_open_suggestion(seeded: Seeded) -> None:
@@ -277,3 +285,47 @@ def test_executed_results_and_audit_pages_show_the_store(seeded: Seeded) -> None
     audit = at.dataframe[0].value
     assert len(audit) == len(seeded.svc.audit(seeded.users["ada"]))
     assert at.get("download_button")
+
+
+UPLIFT = {
+    "no_campaign": {"profit": {"estimate": 9.5, "low": 2.0, "high": 15.0}},
+    "current": {"profit": {"estimate": -1.25, "low": -4.0, "high": 2.5}},
+}
+
+
+def test_the_suggestion_page_shows_a_numeric_evidence_table(seeded: Seeded) -> None:
+    data = suggestion()
+    data["evidence"]["uplift"] = UPLIFT
+    data["evidence"]["ope"] |= {"behaviour": 0.8, "ess_share": 0.4, "ess": 80.4}
+    sid = seeded.svc.submit(seeded.users["sam"], data)
+    at = open_app("rita", "suggestion", sid=sid)
+    table = at.dataframe[0].value.set_index("outcome")
+    assert list(table.index) == ["profit ($)", "orders (orders)"]  # profit first, units named
+    assert table.loc["profit ($)"].to_dict() == {
+        "predicted for this campaign": "12.0 [3.00, 20.0]",
+        "vs doing nothing": "+9.50 [+2.00, +15.0]",
+        "vs what the shop does now": "-1.25 [-4.00, +2.50]",
+    }
+    assert table.loc["orders (orders)", "vs doing nothing"] == "—"
+    [ope] = [s.value for s in at.success if "Off-policy estimate" in s.value]
+    assert "against 0.80 for what the shop does now" in ope and "effective sample size about 80, 40%" in ope
+    assert not any("None" in t for t in texts(at) + [c.value for c in at.caption])
+    assert any("expires" in t for t in texts(at))  # pending: its expiry is shown
+
+
+def test_no_decision_on_your_own_suggestion_and_why(seeded: Seeded) -> None:
+    at = open_app("sam", "suggestion", sid=seeded.low)
+    assert decision_buttons(at) == []
+    assert any("You proposed this suggestion" in i.value for i in at.info)
+
+
+def test_an_executed_suggestion_shows_its_outcome_and_no_expiry(seeded: Seeded) -> None:
+    at = open_app("vic", "suggestion", sid=seeded.other)
+    outcome = at.dataframe[0].value.set_index("outcome")
+    assert outcome.loc["profit ($)"].to_dict() == {
+        "actual": "15.0",
+        "predicted": "12.0 [3.00, 20.0]",
+        "inside the interval": "yes",
+    }
+    assert outcome.loc["orders (orders)", "inside the interval"] == "no"  # 60 outside [30, 55]
+    assert not any("expires" in t for t in texts(at))

@@ -118,6 +118,8 @@ def test_rows_from_the_real_service(
         "high": 1.5,
         "covered": True,
         "ess": 80.0,
+        "ess_share": None,
+        "behaviour": None,
     }
     assert views.ope_summary({}) is None
     audit = views.audit_rows(svc.audit(team.viewer, low))
@@ -133,3 +135,53 @@ def test_audit_rows_and_csv_show_control_characters_escaped() -> None:
     assert rows[0]["actor"] == "worker:w1\\rada"
     lines = views.audit_csv([_audit(forged)]).decode("utf-8").splitlines()
     assert len(lines) == 2 and "\x1b" not in lines[1]  # header and one row, whatever the reason holds
+
+
+EVIDENCE = {
+    "predicted": {
+        "satisfaction": {"estimate": 0.9, "low": 0.82, "high": 0.97},
+        "profit": {"estimate": 99.11, "low": 65.85, "high": 142.23},
+    },
+    "uplift": {"current": {"profit": {"estimate": -3.0, "low": -12.5, "high": 4.0}}},
+    "ope": {
+        "estimator": "sndr",
+        "estimate": 4.29,
+        "low": 1.82,
+        "high": 9.6,
+        "trusted": False,
+        "ess": 4.4,
+        "ess_share": 0.0122,
+        "behaviour": 3.9,
+    },
+}
+
+
+def test_evidence_table_puts_profit_first_with_units_and_both_uplifts() -> None:
+    assert views.evidence_table(EVIDENCE) == [
+        {
+            "outcome": "profit ($)",
+            "predicted for this campaign": "99.1 [65.8, 142.2]",
+            "vs doing nothing": "—",
+            "vs what the shop does now": "-3.00 [-12.5, +4.00]",
+        },
+        {
+            "outcome": "satisfaction (0-1)",
+            "predicted for this campaign": "0.90 [0.82, 0.97]",
+            "vs doing nothing": "—",
+            "vs what the shop does now": "—",
+        },
+    ]
+    assert views.evidence_table({}) == []
+
+
+def test_ope_words_say_the_verdict_the_behaviour_value_and_a_rounded_ess() -> None:
+    words = views.ope_words(EVIDENCE)
+    assert words is not None
+    assert words.startswith("Off-policy estimate (SNDR) of the policy's 30-day return: 4.29 [1.82, 9.60]")
+    assert "against 3.90 for what the shop does now" in words
+    assert "NOT trusted (effective sample size about 4, 1% of the logged days)" in words
+    trusted = {**EVIDENCE, "ope": {**EVIDENCE["ope"], "trusted": True, "ess": 165.6, "ess_share": 0.46}}
+    assert "Coverage: trusted (effective sample size about 166, 46% of the logged days)" in str(
+        views.ope_words(trusted)
+    )
+    assert views.ope_words({"ope": None}) is None

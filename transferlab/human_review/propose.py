@@ -8,6 +8,7 @@ suggestions, each with the evidence a reviewer needs::
     ranked   = policy.ranked(obs)                            # catalog indices, best first (+ scores)
     for each of the top n campaigns:
         predicted = predict_campaign(sim, index, ...)        # the learned simulator's outcome intervals
+        uplift    = predict_uplift(sim, index, obs, ...)     # vs doing nothing and vs the marketer, paired
         ope       = ope_evidence(run_dir, learner)           # the offline run's SNDR estimate and coverage
         suggestion = {action, reasoning, confidence, risk, evidence}
     service.submit(actor, suggestion) for each
@@ -47,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from transferlab.human_review.schema import ActionSpec, Evidence, Interval, classify_risk
-from transferlab.simulator.market import CATALOG, OBS_KEYS, OUTCOME_KEYS
+from transferlab.simulator.market import CATALOG, DAY_KEYS, OBS_KEYS, OUTCOME_KEYS
 
 if TYPE_CHECKING:
     from transferlab.human_review.service import ReviewService, User
@@ -62,6 +63,7 @@ __all__ = [
     "market_observation",
     "ope_evidence",
     "predict_campaign",
+    "predict_uplift",
     "propose",
 ]
 
@@ -228,6 +230,63 @@ def predict_campaign(
     return out
 
 
+UPLIFT_KEYS = tuple(k for k in OUTCOME_KEYS if k in DAY_KEYS)
+"""The outcomes whose shop-wide daily totals the simulator reports (money, counts), so an uplift over
+a baseline can be measured on them; satisfaction and retention are per campaign and have none."""
+
+
+def _window_totals(sim: LearnedSimulator, actions: np.ndarray, *, n_customers: int, seed: int) -> np.ndarray:
+    """Shop-wide totals (n_envs, len(DAY_KEYS)) over launch day + maturity, launching ``actions``."""
+    market = sim.market(n_envs=len(actions), n_customers=n_customers, seed=seed)
+    market.reset(seed)
+    total = market.step(actions.astype(np.int64))
+    noop = np.zeros(len(actions), dtype=np.int64)
+    for _ in range(int(sim.params.maturity_days)):
+        total = total + market.step(noop)
+    return total
+
+
+def _summary(values: np.ndarray) -> dict[str, float]:
+    mean = float(values.mean())
+    low, high = (float(np.quantile(values, q)) for q in PREDICT_QUANTILES)
+    return {"estimate": mean, "low": min(low, mean), "high": max(high, mean)}
+
+
+def marketer_actions(obs: np.ndarray, epsilon: float, n: int, seed: int) -> np.ndarray:
+    """``n`` draws of what the shop's marketer (the logging policy) would do in this state; sales
+    are taken as at their usual level (the state's own 7-day GMV as the baseline)."""
+    from transferlab.simulator.behaviour import MarketerPolicy
+
+    state = dict(zip(OBS_KEYS, (float(x) for x in obs[: len(OBS_KEYS)]), strict=True))
+    probs = MarketerPolicy(epsilon=epsilon).probabilities(state, gmv_baseline=state["gmv_7d"])
+    return np.random.default_rng(seed).choice(len(probs), size=n, p=probs).astype(np.int64)
+
+
+def predict_uplift(
+    sim: LearnedSimulator,
+    index: int,
+    obs: np.ndarray,
+    *,
+    n_customers: int,
+    epsilon: float = 0.1,
+    n_envs: int = PREDICT_ENVS,
+    seed: int = 0,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """The campaign's uplift in shop-wide totals over its window against doing nothing and against the
+    marketer's own choice, paired market by market (the same simulated markets and seed for each arm):
+    per baseline and ``UPLIFT_KEYS`` key, the mean difference and its 10th/90th percentiles."""
+    mine = _window_totals(sim, np.full(n_envs, int(index)), n_customers=n_customers, seed=seed)
+    baselines = {
+        "no_campaign": np.zeros(n_envs, dtype=np.int64),
+        "current": marketer_actions(obs, epsilon, n_envs, seed),
+    }
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, actions in baselines.items():
+        diff = mine - _window_totals(sim, actions, n_customers=n_customers, seed=seed)
+        out[name] = {key: _summary(diff[:, DAY_KEYS.index(key)]) for key in UPLIFT_KEYS}
+    return out
+
+
 def ope_evidence(run_dir: Path, learner: str, estimator: str = OPE_ESTIMATOR) -> dict[str, Any] | None:
     """The offline run's OPE of ``learner`` (``result.json``): estimate, interval, trusted, ESS.
 
@@ -243,6 +302,7 @@ def ope_evidence(run_dir: Path, learner: str, estimator: str = OPE_ESTIMATOR) ->
         return None
     if not all(math.isfinite(est[k]) for k in ("estimate", "low", "high")):
         return None
+    logged = json.loads(result.read_text()).get("logged_value") or {}
     ope: dict[str, Any] = {
         "estimator": estimator,
         "estimate": float(est["estimate"]),
@@ -252,6 +312,10 @@ def ope_evidence(run_dir: Path, learner: str, estimator: str = OPE_ESTIMATOR) ->
     }
     if isinstance(cov.get("ess"), int | float) and math.isfinite(cov["ess"]):
         ope["ess"] = float(cov["ess"])
+    if isinstance(cov.get("ess_share"), int | float) and math.isfinite(cov["ess_share"]):
+        ope["ess_share"] = float(cov["ess_share"])
+    if isinstance(logged.get("estimate"), int | float) and math.isfinite(logged["estimate"]):
+        ope["behaviour"] = float(logged["estimate"])
     return ope
 
 
@@ -314,6 +378,17 @@ def _reasoning(
     return " ".join(lines)
 
 
+def _uplift_sentence(uplift: dict[str, dict[str, dict[str, float]]]) -> str:
+    """One sentence with the predicted profit uplift against each baseline ('' without a simulator)."""
+    if not uplift:
+        return ""
+    none, now = uplift["no_campaign"]["profit"], uplift["current"]["profit"]
+    return (
+        f" Over its window it changes the shop's profit by {_fmt(none)} against doing nothing and by "
+        f"{_fmt(now)} against what the shop's marketer would do today (same simulated markets)."
+    )
+
+
 def build_suggestions(
     policy: LoadedPolicy,
     obs: np.ndarray,
@@ -322,6 +397,7 @@ def build_suggestions(
     simulator: LearnedSimulator | None = None,
     n_customers: int = 1000,
     ope: dict[str, Any] | None = None,
+    epsilon: float = 0.1,
 ) -> list[dict[str, Any]]:
     """Up to ``n`` suggestions (JSON-able dicts for ``ReviewService.submit``), best first."""
     if n < 1:
@@ -342,9 +418,15 @@ def build_suggestions(
             if simulator is not None
             else {}
         )
+        uplift = (
+            predict_uplift(simulator, index, obs, n_customers=n_customers, epsilon=epsilon, seed=rank)
+            if simulator is not None
+            else {}
+        )
         confidence = confidence_from(ope, predicted, rank)
         evidence = Evidence(
             predicted={k: Interval(**v) for k, v in predicted.items()},
+            uplift={b: {k: Interval(**v) for k, v in row.items()} for b, row in uplift.items()},
             ope=ope,
             policy=f"{policy.kind}:{policy.name}",
             run_dir=str(policy.run_dir)[:500],
@@ -352,7 +434,8 @@ def build_suggestions(
         out.append(
             {
                 "action": spec.model_dump(),
-                "reasoning": _reasoning(policy, rank, score, spec, predicted, ope, confidence),
+                "reasoning": _reasoning(policy, rank, score, spec, predicted, ope, confidence)
+                + _uplift_sentence(uplift),
                 "confidence": confidence,
                 "risk": classify_risk(spec, evidence, confidence),
                 "evidence": evidence.model_dump(),
@@ -388,5 +471,8 @@ def propose(
             raise ProposeError(f"--simulator {simulator_dir}: {exc}") from None
     n_customers = int(manifest.get("world", {}).get("n_customers", 1000))
     ope = ope_evidence(policy.run_dir, policy.name) if policy.kind == "offline" else None
-    suggestions = build_suggestions(policy, obs, n=n, simulator=sim, n_customers=n_customers, ope=ope)
+    epsilon = float(manifest.get("epsilon", 0.1))  # the marketer's exploration in these logs
+    suggestions = build_suggestions(
+        policy, obs, n=n, simulator=sim, n_customers=n_customers, ope=ope, epsilon=epsilon
+    )
     return [service.submit(actor, s) for s in suggestions]

@@ -70,7 +70,8 @@ _FIXES: dict[str, str] = {
     "estimate": "give a finite number with low <= estimate <= high",
     "low": "give a finite number with low <= estimate <= high",
     "high": "give a finite number with low <= estimate <= high",
-    "ope": "give an object with estimator (str), estimate, low, high (numbers), trusted (bool), ess",
+    "ope": "give an object with estimator (str), estimate, low, high (numbers), trusted (bool); "
+    "optional ess, ess_share, behaviour (numbers)",
     "policy": f"give a policy name of at most {MAX_TEXT} characters",
     "run_dir": f"give a run directory of at most {MAX_TEXT} characters",
     "expires_in_hours": f"give hours in (0, {MAX_EXPIRES_HOURS}]",
@@ -159,6 +160,8 @@ _OPE_TYPES: dict[str, tuple[type, ...]] = {
     "high": (int, float),
     "trusted": (bool,),
     "ess": (int, float),
+    "ess_share": (int, float),
+    "behaviour": (int, float),
 }
 _OPE_REQUIRED = ("estimator", "estimate", "low", "high", "trusted")
 
@@ -189,7 +192,11 @@ class Evidence(BaseModel):
 
     Attributes:
         predicted: the simulator's predicted outcome intervals, keyed by ``OUTCOME_KEYS``.
-        ope: off-policy estimate ``{"estimator", "estimate", "low", "high", "trusted", "ess"}``.
+        uplift: the simulator's predicted difference in shop-wide totals over the campaign's window
+            against a baseline (``"no_campaign"``: doing nothing; ``"current"``: what the shop's
+            marketer does now), keyed by baseline, then by ``UPLIFT_KEYS``; paired on the same markets.
+        ope: off-policy estimate ``{"estimator", "estimate", "low", "high", "trusted", "ess"}``,
+            with ``"behaviour"`` (the logged policy's value on the same scale) when known.
         policy: the policy that proposed the action.
         run_dir: the run directory the evidence comes from.
     """
@@ -197,6 +204,7 @@ class Evidence(BaseModel):
     model_config = _STRICT
 
     predicted: dict[str, Interval] = Field(default_factory=dict)
+    uplift: dict[str, dict[str, Interval]] = Field(default_factory=dict)
     ope: dict[str, Any] | None = None
     policy: str | None = Field(default=None, max_length=MAX_TEXT)
     run_dir: str | None = Field(default=None, max_length=MAX_TEXT)

@@ -185,6 +185,38 @@ def batch_candidates(views: Iterable[SuggestionView], user_name: str) -> list[in
     return [v.id for v in views if v.state == "pending" and v.risk != "high" and v.submitted_by != user_name]
 
 
+def _key_figure(view: SuggestionView, baseline: str | None) -> str:
+    """Predicted profit (``baseline`` None) or its uplift over a baseline, as text; "—" when unknown."""
+    evidence = view.evidence
+    iv = (
+        (evidence.get("predicted") or {}).get("profit")
+        if baseline is None
+        else ((evidence.get("uplift") or {}).get(baseline) or {}).get("profit")
+    )
+    return interval_text(iv, signed=baseline is not None) if iv else "—"
+
+
+def batch_label(view: SuggestionView) -> str:
+    """A batch picker's option: id, risk and the action in words."""
+    return f"#{view.id} ({view.risk} risk): {action_summary(view.action)}"
+
+
+def batch_rows(views: Sequence[SuggestionView]) -> list[dict[str, Any]]:
+    """What a batch approval is about to approve: each item's action and key evidence."""
+    return [
+        {
+            "id": v.id,
+            "risk": v.risk,
+            "confidence": f"{v.confidence:.0%}",
+            "action": action_summary(v.action),
+            "predicted profit ($)": _key_figure(v, None),
+            "profit vs what the shop does now ($)": _key_figure(v, "current"),
+            "submitted by": v.submitted_by,
+        }
+        for v in views
+    ]
+
+
 # ----------------------------------------------------------------------------------------------------
 # suggestion
 # ----------------------------------------------------------------------------------------------------
@@ -213,6 +245,121 @@ def evidence_rows(evidence: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+OUTCOME_UNITS: dict[str, str] = {
+    "profit": "$",
+    "gmv": "$",
+    "orders": "orders",
+    "discount_cost": "$",
+    "push_cost": "$",
+    "refunds": "$",
+    "returns": "returns",
+    "complaints": "complaints",
+    "late_deliveries": "deliveries",
+    "satisfaction": "0-1",
+    "retention_30": "share",
+}
+"""Each outcome's unit, in the order the evidence table lists them (profit first: it decides most)."""
+
+BASELINES: dict[str, str] = {"no_campaign": "vs doing nothing", "current": "vs what the shop does now"}
+"""The uplift columns of the evidence table, by the evidence's baseline key."""
+
+
+def _number(value: float, signed: bool = False) -> str:
+    digits = 2 if abs(value) < 10 else 1 if abs(value) < 1000 else 0
+    return f"{value:+,.{digits}f}" if signed else f"{value:,.{digits}f}"
+
+
+def interval_text(iv: Mapping[str, Any], signed: bool = False) -> str:
+    """``estimate [low, high]`` with digits that suit the size (``+`` signs for differences).
+
+    >>> interval_text({"estimate": 99.1, "low": 65.8, "high": 142.2}), interval_text(
+    ...     {"estimate": -0.5, "low": -1.25, "high": 0.5}, signed=True)
+    ('99.1 [65.8, 142.2]', '-0.50 [-1.25, +0.50]')
+    """
+    est, low, high = (float(iv[k]) for k in ("estimate", "low", "high"))
+    return f"{_number(est, signed)} [{_number(low, signed)}, {_number(high, signed)}]"
+
+
+def evidence_table(evidence: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The suggestion's numbers, one row per outcome with its unit: the simulator's prediction for the
+    campaign and its uplift over doing nothing and over what the shop does now, each with its
+    10th-90th percentile interval ("—" where the evidence has no such figure)."""
+    predicted = evidence.get("predicted") or {}
+    uplift = evidence.get("uplift") or {}
+    keys = [k for k in OUTCOME_UNITS if k in predicted or any(k in u for u in uplift.values())]
+    keys += sorted(set(predicted) - set(keys))
+    rows = []
+    for key in keys:
+        row = {
+            "outcome": f"{key} ({OUTCOME_UNITS.get(key, '?')})",
+            "predicted for this campaign": interval_text(predicted[key]) if key in predicted else "—",
+        }
+        for base, column in BASELINES.items():
+            iv = (uplift.get(base) or {}).get(key)
+            row[column] = interval_text(iv, signed=True) if iv else "—"
+        rows.append(row)
+    return rows
+
+
+def ope_words(evidence: Mapping[str, Any]) -> str | None:
+    """The off-policy estimate in words: its value and interval, the shop's own logged value next to
+    it, and the coverage verdict with the effective sample size rounded (None without OPE)."""
+    ope = ope_summary(evidence)
+    if ope is None:
+        return None
+    text = (
+        f"Off-policy estimate ({ope['estimator'].upper()}) of the policy's 30-day return: "
+        f"{interval_text(ope)}"
+    )
+    if ope["behaviour"] is not None:
+        text += f", against {_number(ope['behaviour'])} for what the shop does now (its logged value)"
+    size = ""
+    if ope["ess"] is not None:
+        share = f", {ope['ess_share']:.0%} of the logged days" if ope["ess_share"] is not None else ""
+        size = f" (effective sample size about {round(ope['ess']):,}{share})"
+    if ope["covered"]:
+        return text + f". Coverage: trusted{size}: the logs took this policy's actions often enough."
+    return (
+        text + f". Coverage: NOT trusted{size}: the logs rarely took this policy's actions, so the "
+        "estimate may be far off; weigh the simulator's figures instead."
+    )
+
+
+def outcome_rows(view: SuggestionView) -> list[dict[str, Any]]:
+    """After execution: each outcome that has come back next to its prediction (an empty list before)."""
+    if not view.outcome:
+        return []
+    predicted = view.evidence.get("predicted") or {}
+    listed = [k for k in OUTCOME_UNITS if k in view.outcome]
+    rows = []
+    for key in listed + sorted(set(view.outcome) - set(listed)):
+        real = view.outcome[key]
+        if not isinstance(real, int | float) or isinstance(real, bool) or not math.isfinite(real):
+            continue
+        iv = predicted.get(key)
+        inside = None if iv is None else float(iv["low"]) <= float(real) <= float(iv["high"])
+        rows.append(
+            {
+                "outcome": f"{key} ({OUTCOME_UNITS.get(key, '?')})",
+                "actual": _number(float(real)),
+                "predicted": interval_text(iv) if iv else "—",
+                "inside the interval": "—" if inside is None else ("yes" if inside else "no"),
+            }
+        )
+    return rows
+
+
+def decision_block(view: SuggestionView, user_name: str, role: str) -> str | None:
+    """Why this user sees no decision buttons on a pending suggestion (None when they may decide)."""
+    if view.state != "pending":
+        return None
+    if not can_decide(role):
+        return "Viewers cannot decide; a reviewer or approver will."
+    if view.submitted_by == user_name:
+        return "You proposed this suggestion, so someone else decides it (four eyes on every change)."
+    return None
+
+
 def ope_summary(evidence: Mapping[str, Any]) -> dict[str, Any] | None:
     """The OPE estimate with its interval and coverage flag, or None when the evidence has none.
 
@@ -230,6 +377,8 @@ def ope_summary(evidence: Mapping[str, Any]) -> dict[str, Any] | None:
         "high": float(ope.get("high", math.nan)),
         "covered": bool(ope.get("trusted", False)),
         "ess": float(ess) if ess is not None else None,
+        "ess_share": float(ope["ess_share"]) if ope.get("ess_share") is not None else None,
+        "behaviour": float(ope["behaviour"]) if ope.get("behaviour") is not None else None,
     }
 
 

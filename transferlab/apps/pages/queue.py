@@ -9,6 +9,8 @@ from transferlab.human_review import views
 
 svc, user = signed_in()
 st.title("Review queue")
+for kind, message in st.session_state.pop("queue_flash", []):  # what the last batch decision did
+    (st.success if kind == "success" else st.error)(message)
 st.metric("Pending", svc.pending_count(user))
 
 left, middle, right = st.columns(3)
@@ -28,15 +30,19 @@ if st.button("Open suggestion", key="queue_open"):
 if views.can_decide(user.role):
     st.subheader("Batch approval")
     candidates = views.batch_candidates(items, user.name)
+    by_id = {v.id: v for v in items}
     picked = st.multiselect(
         "Low and medium risk suggestions submitted by others",
         candidates,
-        format_func=lambda i: f"#{i}",
+        format_func=lambda i: views.batch_label(by_id[i]),
         key="batch_pick",
     )
+    if picked:
+        st.dataframe(views.batch_rows([by_id[i] for i in picked]), hide_index=True, width="stretch")
     if st.button("Approve selected", key="batch_approve", disabled=not picked):
-        for sid, outcome in svc.approve_batch(user, picked).items():
-            if outcome == "approved":
-                st.success(f"#{sid} approved")
-            else:
-                st.error(f"#{sid} {outcome}")
+        outcomes = svc.approve_batch(user, picked)
+        st.session_state["queue_flash"] = [
+            ("success", f"#{sid} approved") if outcome == "approved" else ("error", f"#{sid} {outcome}")
+            for sid, outcome in outcomes.items()
+        ]
+        st.rerun()  # the count, the table and the picker as the store has them now

@@ -14,16 +14,21 @@ if not rows:
     st.info("No results yet: they arrive when executed campaigns mature.")
     st.stop()
 frame = pd.DataFrame(rows)
-points = (
-    alt.Chart(frame)
-    .mark_circle(size=80)
-    .encode(x="predicted:Q", y="real:Q", color="metric:N", tooltip=["id", "metric", "predicted", "real"])
+st.caption("One panel per outcome, each on its own scale; on the dashed line the prediction was exact.")
+base = alt.Chart()
+points = base.mark_circle(size=80).encode(
+    x=alt.X("predicted:Q", title="predicted"),
+    y=alt.Y("real:Q", title="real"),
+    tooltip=["id", "metric", "predicted", "low", "high", "real"],
 )
-whiskers = alt.Chart(frame).mark_rule().encode(x="low:Q", x2="high:Q", y="real:Q", color="metric:N")
-lo, hi = float(frame[["low", "real"]].min().min()), float(frame[["high", "real"]].max().max())
-diagonal = alt.Chart(pd.DataFrame({"predicted": [lo, hi], "real": [lo, hi]})).mark_line(
-    strokeDash=[4, 4], color="gray"
+whiskers = base.mark_rule().encode(x="low:Q", x2="high:Q", y="real:Q")
+diagonal = base.mark_line(strokeDash=[4, 4], color="gray").encode(x="predicted:Q", y="predicted:Q")
+chart = (
+    alt.layer(diagonal, whiskers, points, data=frame)
+    .properties(width=220, height=200)
+    .facet(facet=alt.Facet("metric:N", title=None), columns=3)
+    .resolve_scale(x="independent", y="independent")
 )
-st.altair_chart(diagonal.encode(x="predicted:Q", y="real:Q") + whiskers + points, width="stretch")
+st.altair_chart(chart)
 st.dataframe(views.results_summary(rows), hide_index=True, width="stretch")
 st.dataframe(frame, hide_index=True, width="stretch")

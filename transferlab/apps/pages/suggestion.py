@@ -1,4 +1,5 @@
-"""Suggestion: the action, reasoning (as plain text), risk, evidence charts, and the decision."""
+"""Suggestion: the action, reasoning (as plain text), risk, the evidence table and charts, the decision,
+and once executed the actual outcome next to the prediction."""
 
 import json
 
@@ -31,7 +32,8 @@ details = st.container()
 # A click from a page rendered while pending (a double click, a second tab) still reaches the service,
 # which refuses a second decision: the panel stays for that rerun so its message is shown.
 clicked = any(st.session_state.get(f"{k}_{sid}") for k in ("approve", "reject", "modify"))
-if (before.state == "pending" or clicked) and views.can_decide(user.role):
+blocked = views.decision_block(before, user.name, user.role)
+if (before.state == "pending" or clicked) and blocked is None and views.can_decide(user.role):
     st.subheader("Decision")
     reason = st.text_input("Reason (required to reject)", key=f"reason_{sid}")
     with st.expander("Modify the action", expanded=False):
@@ -77,8 +79,8 @@ if (before.state == "pending" or clicked) and views.can_decide(user.role):
             st.success(f"#{sid} is now {done.state} (risk {done.risk})")
     except ReviewError as e:
         st.error(str(e))
-elif before.state == "pending":
-    st.caption("Viewers cannot decide; a reviewer or approver will.")
+elif blocked is not None:
+    st.info(blocked)
 
 v = svc.get(user, sid)  # after any decision: what the store says now
 with details:
@@ -87,34 +89,52 @@ with details:
     risk_col.metric("Risk (ours)", v.risk)
     claim_col.metric("Risk (proposer's claim)", v.claimed_risk)
     conf_col.metric("Confidence", f"{v.confidence:.0%}")
-    st.text(f"submitted by {v.submitted_by}; expires {v.expires_at:%Y-%m-%d %H:%M} UTC")
+    when = f"; expires {v.expires_at:%Y-%m-%d %H:%M} UTC" if v.state == "pending" else ""
+    st.text(f"submitted by {v.submitted_by}{when}")
     if v.decided_by:
         st.text(f"decided by {shown(v.decided_by)}" + (f": {shown(v.reason)}" if v.reason else ""))
+    outcome = views.outcome_rows(v)
+    if outcome:
+        st.subheader("Outcome: actual next to the prediction")
+        st.dataframe(outcome, hide_index=True, width="stretch")
+    elif v.state in ("executing", "executed"):
+        st.caption("Executed; the results come back as the campaign matures (30 days).")
+    st.subheader("Evidence")
+    table = views.evidence_table(v.evidence)
+    if table:
+        st.caption(
+            "The learned simulator's figures over the campaign's window: mean and 10th-90th percentile "
+            "over simulated markets; uplifts are paired on the same markets."
+        )
+        st.dataframe(table, hide_index=True, width="stretch")
+    else:
+        st.caption("No predicted outcomes.")
+    ope = views.ope_summary(v.evidence)
+    if ope is not None:
+        show = st.success if ope["covered"] else st.warning
+        show(views.ope_words(v.evidence))
+    source = [f"{k} {v.evidence[k]}" for k in ("policy", "run_dir") if v.evidence.get(k)]
+    if source:
+        st.caption("from " + ", ".join(source).replace("run_dir", "run"))
     left, right = st.columns(2)
     left.subheader("Action")
     left.code(json.dumps(v.action, indent=2), language="json")
     if v.original_action is not None:
         left.caption("Modified: the proposer's action → the one to execute")
         left.table(pd.DataFrame(views.action_diff(v.original_action, v.action)).astype(str))
-    left.subheader("Reasoning")
-    left.text(v.reasoning)
-    right.subheader("Evidence")
+    right.subheader("Reasoning")
+    right.text(v.reasoning)
     rows = views.evidence_rows(v.evidence)
     if rows:
+        st.subheader("Predicted outcomes, one scale each")
         frame = pd.DataFrame(rows)
-        base = alt.Chart(frame).encode(x=alt.X("metric:N", title=None, axis=alt.Axis(labelAngle=0)))
-        bars = base.mark_bar().encode(y=alt.Y("estimate:Q", title="predicted"))
-        whiskers = base.mark_errorbar(ticks=True).encode(y=alt.Y("low:Q", title="predicted"), y2="high:Q")
-        right.altair_chart((bars + whiskers).properties(height=260), width="stretch")
-    else:
-        right.caption("No predicted outcomes.")
-    ope = views.ope_summary(v.evidence)
-    if ope is not None:
-        right.metric(f"OPE estimate ({ope['estimator']})", f"{ope['estimate']:.3g}")
-        right.text(f"interval [{ope['low']:.3g}, {ope['high']:.3g}], effective sample size {ope['ess']}")
-        if ope["covered"]:
-            right.success("OPE coverage: trusted (enough support in the logs)")
-        else:
-            right.warning("OPE coverage: NOT trusted (too little support in the logs)")
-    if v.evidence.get("policy") or v.evidence.get("run_dir"):
-        right.text(f"policy {v.evidence.get('policy')}, run {v.evidence.get('run_dir')}")
+        base = alt.Chart()
+        bars = base.mark_bar().encode(x=alt.X("estimate:Q", title=None))
+        whiskers = base.mark_errorbar(ticks=True).encode(x=alt.X("low:Q", title=None), x2="high:Q")
+        chart = (
+            alt.layer(bars, whiskers, data=frame)
+            .properties(width=180, height=40)
+            .facet(facet=alt.Facet("metric:N", title=None), columns=4)
+            .resolve_scale(x="independent", y="independent")
+        )
+        st.altair_chart(chart)
