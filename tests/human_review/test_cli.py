@@ -298,6 +298,14 @@ def test_reports_queue_list_rate_and_agreement(review: Review, tmp_path: Path) -
     reports = json.loads(listed.stdout)
     assert [r["id"] for r in reports] == ids
     assert all(0.0 <= r["rubric_score"] <= 10.0 for r in reports)
+    blind = review("reports", "list", "--json", user="bob")  # a reviewer sees them as the app does
+    assert [(r["id"], r["rated_by_you"]) for r in json.loads(blind.stdout)] == [(i, False) for i in ids]
+    assert all(
+        set(r) == {"id", "task_id", "subject", "rated_by_you", "question", "text"}
+        for r in json.loads(blind.stdout)
+    )
+    blind_table = review("reports", "list", user="bob").stdout
+    assert "rubric" not in blind_table and "expert" not in blind_table and "random" not in blind_table
     own = review("rate", f"report-{reports[0]['id']}", "5", user="ada")  # ada queued it
     assert own.exit_code == 3 and "someone else must rate it" in _one_error_line(own)
     for report in reports:  # a human who agrees with the rubric, one point more generous
@@ -305,6 +313,9 @@ def test_reports_queue_list_rate_and_agreement(review: Review, tmp_path: Path) -
         assert review("rate", f"report-{report['id']}", score, user="bob").exit_code == 0
     table = review("reports", "list", user="ada")
     assert f"{len(ids)} report(s), {len(ids)} rated" in table.stdout
+    assert f"{len(ids)} report(s), {len(ids)} rated by you" in review("reports", "list", user="bob").stdout
+    missing = review("rate", "report-999", "5", user="bob")
+    assert missing.exit_code == 2 and "there is no report report-999" in _one_error_line(missing)
     agreement = review("reports", "agreement", "--out", str(tmp_path / "agreement.json"), user="ada")
     assert agreement.exit_code == 0, agreement.output
     saved = json.loads((tmp_path / "agreement.json").read_text())

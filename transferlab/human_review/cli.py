@@ -540,13 +540,19 @@ def reports_list_command(
     db: DbOption = None,
     user: UserOption = None,
 ) -> None:
-    """Every report with its rubric score and its ratings so far."""
+    """The reports. An admin sees each one's source, rubric score and ratings so far; everyone else
+    sees them blind, as the app shows them (id, task, whether you rated it): no anchoring."""
+    from transferlab.human_review.auth import role_allows
     from transferlab.human_review.reports import rated_reports
 
     service = _service(db)
     actor = _sign_in(service, user)
     with _refusals():
         reports = service.reports(actor)
+        if not role_allows(actor.role, "admin"):
+            todo = {r.id for r in service.reports(actor, unrated_by=actor)}
+            _print_blind(reports, todo, as_json)
+            return
         rated = {r.report.id: r for r in rated_reports(service, actor)}
     if as_json:
         print(json.dumps([r.to_dict() for r in reports]))
@@ -559,6 +565,25 @@ def reports_list_command(
         mean = f"{rated[r.id].human:.1f}" if r.id in rated else "-"
         n = rated[r.id].n_ratings if r.id in rated else 0
         print(f"{r.id:>5}  {r.task_id:<9} {r.source:<12} {rubric:>6}  {mean:>5}  {n:>3}  {r.subject}")
+
+
+def _print_blind(reports: list[Any], todo: set[int], as_json: bool) -> None:
+    """A reviewer's list: what each report asks and says, never who wrote it or how it scored."""
+    rows = [
+        {"id": r.id, "task_id": r.task_id, "subject": r.subject, "rated_by_you": r.id not in todo}
+        | ({"question": r.question, "text": r.text} if as_json else {})
+        for r in reports
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    print(f"{len(rows)} report(s), {len(rows) - len(todo)} rated by you")
+    if rows:
+        print(f"{'id':>5}  {'task':<9} {'rated by you':<12}  subject")
+    for row in rows:
+        print(
+            f"{row['id']:>5}  {row['task_id']:<9} {'yes' if row['rated_by_you'] else 'no':<12}  {row['subject']}"
+        )
 
 
 @reports_app.command("agreement")
