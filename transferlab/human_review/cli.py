@@ -581,9 +581,8 @@ def _print_blind(reports: list[Any], todo: set[int], as_json: bool) -> None:
     if rows:
         print(f"{'id':>5}  {'task':<9} {'rated by you':<12}  subject")
     for row in rows:
-        print(
-            f"{row['id']:>5}  {row['task_id']:<9} {'yes' if row['rated_by_you'] else 'no':<12}  {row['subject']}"
-        )
+        rated = "yes" if row["rated_by_you"] else "no"
+        print(f"{row['id']:>5}  {row['task_id']:<9} {rated:<12}  {row['subject']}")
 
 
 @reports_app.command("agreement")
