@@ -228,8 +228,10 @@ def test_sign_in_approve_execute_in_chromium(
     _wait_text(driver, f"#{sid}: pending")
     _wait_text(driver, "<script>alert(1)</script> stays text.")  # shown literally, never run
     _wait_text(driver, "against 1.05 for what the shop does now")  # the OPE verdict in words
-    time.sleep(1.0)  # the charts
+    driver.set_window_size(1280, 2100)  # the whole page: evidence, decision, action, charts
+    time.sleep(1.5)  # the charts
     driver.save_screenshot(str(shots / "review_suggestion.png"))
+    driver.set_window_size(1280, 900)
 
     approve = _button(driver, "Approve")
     ActionChains(driver).double_click(approve).perform()  # two clicks, as fast as a person can
