@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.install-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast lint bench gpu-check clean
+.PHONY: install demo test test-fast lint docs bench gpu-check clean
 
 # Create .venv when missing and install with the constraints (torch==2.13.0, the CPU wheel on disk).
 $(STAMP): pyproject.toml constraints.txt
@@ -31,6 +31,16 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q tests/test_architecture.py
 
+# The documentation site (MkDocs Material + API pages from the docstrings) into site/; --strict turns
+# every broken link or reference into an error.
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): pyproject.toml constraints.txt $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,docs]'
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: install
 	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) benchmarks/trainer_throughput.py
@@ -42,4 +52,4 @@ gpu-check: install
 	scripts/gpu_check.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

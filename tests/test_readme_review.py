@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-HEADING = "### Human review: the assistant suggests, a person decides"
+HEADING = "### 1. The review app: the assistant suggests, a person decides"
 PASSWORDS = {"ada": "pass-word-ada", "bob": "pass-word-bob"}
 
 pytestmark = pytest.mark.slow

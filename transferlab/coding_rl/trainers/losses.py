@@ -588,8 +588,10 @@ def grpo_loss(
     ``kl_coef = 0`` (TRL's default, DeepSWE's GRPO++) needs no reference: ``ref_logp`` may be None;
     if given, the KL is still computed and reported, without gradient.
 
+    ``logp``, ``old_logp``, ``mask``, ``clip_low``, ``clip_high`` and ``loss_agg`` are as in
+    :func:`clipped_policy_loss`.
+
     Args:
-        logp, old_logp, mask, clip_low, clip_high, loss_agg: as in :func:`clipped_policy_loss`.
         ref_logp: B×T log-probs under the frozen reference policy, or None.
         seq_advantages: (B,) one advantage per episode (:func:`group_advantages`).
         kl_coef: weight of the KL term (>= 0).
@@ -848,16 +850,16 @@ def ppo_loss(
 ) -> PPOLossTerms:
     """PPO with a value head: clipped surrogate + ``vf_coef`` × value loss − ``ent_coef`` × entropy.
 
+    ``logp``, ``old_logp``, ``mask``, ``clip_low``, ``clip_high``, ``loss_agg`` and ``seq_weights``
+    are as in :func:`clipped_policy_loss`; ``old_values`` and ``returns`` are B×T values at rollout
+    time and GAE returns (constants); ``vf_coef``, ``ent_coef`` and ``kl_coef`` weigh the terms.
+
     Args:
-        logp, old_logp, mask, clip_low, clip_high, loss_agg, seq_weights: as in
-            :func:`clipped_policy_loss`.
         advantages: B×T token advantages (:func:`gae`).
         values: B×T current value-head outputs at each token (with gradient).
-        old_values, returns: B×T values at rollout time and GAE returns (constants).
         entropy: B×T per-token entropy (:func:`token_entropy`), needed if ``ent_coef`` != 0.
         ref_logp: B×T reference log-probs, needed if ``kl_coef`` != 0.
         value_clip: value clip range in reward units, or None.
-        vf_coef, ent_coef, kl_coef: term weights.
         kl_kind: which :func:`kl_estimator`.
         whiten_advantages: whiten ``advantages`` over the mask first (cleanrl ``norm_adv``).
     """
