@@ -23,7 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from transferlab.platform.config import BaseConfig, ConfigError
 from transferlab.platform.io import atomic_write_json
-from transferlab.platform.metrics import ParquetLogger
+from transferlab.platform.metric_sinks import sinks_for_run
+from transferlab.platform.metrics import MultiLogger, ParquetLogger
 from transferlab.platform.reports import Report, ReportPaths
 from transferlab.platform.runstore import Run, RunLock, RunStore
 
@@ -89,7 +90,7 @@ class Experiment:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def arm_logger(self, arm: str, resume: bool = False) -> ParquetLogger:
+    def arm_logger(self, arm: str, resume: bool = False) -> ParquetLogger | MultiLogger:
         """A metrics logger for one arm (``arms/<arm>/metrics.parquet``).
 
         ``resume=True`` keeps the rows of an interrupted attempt, for a trainer that resumes from its
@@ -98,7 +99,9 @@ class Experiment:
         logger = ParquetLogger(self.arm_dir(arm) / "metrics.parquet", flush_every=20)
         if not resume:
             logger.drop_after(-1)
-        return logger
+        run = self.run
+        sinks = sinks_for_run(self.arm_dir(arm), run.experiment, f"{run.run_id}/{arm}", run.dir.parent.parent)
+        return MultiLogger(logger, *sinks) if sinks else logger
 
     def result(self, arm: str) -> dict[str, Any] | None:
         """The saved result of a finished arm, or None."""

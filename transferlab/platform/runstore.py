@@ -53,7 +53,8 @@ import pandas as pd
 import transferlab
 from transferlab.platform.config import BaseConfig, config_class_path
 from transferlab.platform.io import atomic_write_json
-from transferlab.platform.metrics import ParquetLogger, read_metrics, validate_key
+from transferlab.platform.metric_sinks import chosen_sinks, sinks_for_run
+from transferlab.platform.metrics import MultiLogger, ParquetLogger, read_metrics, validate_key
 
 __all__ = [
     "Run",
@@ -336,7 +337,7 @@ class Run:
         meta = self.meta
         self.experiment: str = str(meta.get("experiment", self.dir.parent.name))
         self.run_id: str = str(meta.get("run_id", self.dir.name))
-        self._logger: ParquetLogger | None = None
+        self._logger: ParquetLogger | MultiLogger | None = None
         self._lock = RunLock(self.dir)
         self._opened = True  # an existing run: acquiring it is a resume (create_run clears this)
 
@@ -397,14 +398,18 @@ class Run:
         return self._lock.held
 
     @property
-    def logger(self) -> ParquetLogger:
-        """ParquetLogger on ``metrics.parquet`` (created on first use; appends to existing metrics).
+    def logger(self) -> ParquetLogger | MultiLogger:
+        """ParquetLogger on ``metrics.parquet`` (created on first use; appends to existing metrics),
+        plus TensorBoard and MLflow when ``$TRANSFERLAB_METRICS`` chooses them
+        (:mod:`~transferlab.platform.metric_sinks`).
 
         Takes the run's lock first (:class:`RunInUseError` if another process owns the run).
         """
         if self._logger is None:
             self._lock.acquire()
-            self._logger = ParquetLogger(self.metrics_path)
+            parquet = ParquetLogger(self.metrics_path)
+            sinks = sinks_for_run(self.dir, self.experiment, self.run_id, self.dir.parent.parent)
+            self._logger = MultiLogger(parquet, *sinks) if sinks else parquet
         return self._logger
 
     def write_artifact_json(self, name: str, obj: Any) -> Path:
@@ -572,6 +577,7 @@ class RunStore:
         """
         if not isinstance(config, BaseConfig):
             raise TypeError(f"config must be a BaseConfig, got {type(config).__name__}")
+        chosen_sinks()  # a bad $TRANSFERLAB_METRICS fails here, before anything is created
         now = _utc_now()
         run_id = run_id if run_id is not None else new_run_id(now)
         run_dir = self.run_dir(experiment, run_id)
