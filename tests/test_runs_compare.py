@@ -123,3 +123,42 @@ def test_plot_without_metrics_is_an_error(store: RunStore, tmp_path: Path) -> No
     assert code == 2
     assert "nothing to plot" in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_an_experiments_arms_metrics_are_compared_and_plotted(tmp_path: Path) -> None:
+    """An experiment run (the harness's arms/<arm>/metrics.parquet) shows its arms' metrics."""
+    from transferlab.platform.harness import Experiment
+
+    root = tmp_path / "runs"
+    runs = []
+    for seed in (1, 2):
+        exp, _ = Experiment.open("tiny-exp", TrainConfig(seed=seed), root, None)
+        for arm, scale in (("SFT", 1.0), ("rl", 2.0)):
+            with exp.arm_logger(arm) as logger:
+                for step in range(3):
+                    logger.log(step, {"eval/success": scale * seed * step / 10})
+        exp.run.finish()
+        runs.append(exp.run.run_id)
+    target = tmp_path / "arms.png"
+    result = runner.invoke(
+        app,
+        [
+            "runs",
+            "compare",
+            *runs,
+            "--runs-root",
+            str(root),
+            "-m",
+            "arms/rl/eval/success",
+            "--plot",
+            str(target),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "arms/rl/eval/success" in result.stdout
+    assert target.read_bytes().startswith(b"\x89PNG")
+    from transferlab.platform.run_compare import read_run_metrics
+
+    frame = read_run_metrics(root / "tiny-exp" / runs[1])
+    last = frame[frame["step"] == 2].set_index("key")["value"].to_dict()
+    assert last == {"arms/sft/eval/success": 0.4, "arms/rl/eval/success": 0.8}  # 1.0*2*2/10, 2.0*2*2/10

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -223,10 +224,31 @@ class Comparison:
         return sorted({str(k) for df in self.frames for k in df["key"]})
 
 
+def _arm_prefix(arm_dir: Path, run_dir: Path) -> str:
+    """``arms/<arm>/`` with the arm's path parts made metric-key safe (lowercase, ``[a-z0-9_.@-]``)."""
+    parts = arm_dir.relative_to(run_dir / "arms").parts
+    safe = [re.sub(r"[^a-z0-9_.@-]", "_", p.lower()).lstrip(".@-") or "_" for p in parts]
+    return "arms/" + "/".join(safe) + "/"
+
+
+def read_run_metrics(run_dir: Path) -> pd.DataFrame:
+    """A run's metrics, an experiment's arms included: each arm's ``arms/<arm>/metrics.parquet`` rows
+    with their keys under ``arms/<arm>/`` (so ``runs compare`` and its plots see what the arms logged)."""
+    run_dir = Path(run_dir)
+    frames = [read_metrics(run_dir / METRICS_FILE, missing_ok=True)]
+    for path in sorted((run_dir / "arms").glob(f"**/{METRICS_FILE}")):
+        arm = read_metrics(path, missing_ok=True)
+        if not arm.empty:
+            arm = arm.assign(key=_arm_prefix(path.parent, run_dir) + arm["key"].astype(str))
+            frames.append(arm)
+    frames = [f for f in frames if not f.empty] or frames[:1]
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
 def compare(infos: Sequence[RunInfo]) -> Comparison:
-    """Read the configs and metrics of ``infos``."""
+    """Read the configs and metrics (arms' included: :func:`read_run_metrics`) of ``infos``."""
     configs = [read_config(i.dir) for i in infos]
-    frames = [read_metrics(i.dir / METRICS_FILE, missing_ok=True) for i in infos]
+    frames = [read_run_metrics(i.dir) for i in infos]
     differ, n_equal = differing_keys(configs)
     return Comparison(list(infos), configs, frames, differ, n_equal)
 
