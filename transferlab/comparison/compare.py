@@ -591,36 +591,37 @@ def _how(rows: Mapping[str, Mapping[str, Measure]], names: Mapping[str, str]) ->
 def _throughput_figure(result: CompareResult) -> Any:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()
     names = list(result.throughput)
     x = np.arange(len(names))
     for j, w in enumerate((1, 2)):
-        ax.bar(
-            x + (j - 0.5) * 0.38,
-            [result.throughput[k][w]["eps_per_s"] for k in names],
-            0.38,
-            label=f"{w} worker(s)",
-        )
-    ax.axhline(1 / (30 * SECONDS_PER_DAY), color="C3", linestyle="--", label="real shop: one 30-day episode")
+        rates = [result.throughput[k][w]["eps_per_s"] for k in names]
+        bars = ax.bar(x + (j - 0.5) * 0.38, rates, 0.38, label=f"{w} worker{'s' if w > 1 else ''}")
+        ax.bar_label(bars, labels=[f"{r:.0f}" for r in rates], fontsize=7, padding=2)
+    ax.axhline(1 / (30 * SECONDS_PER_DAY), color="C3", linestyle="--", label="a real shop: one 30-day episode")
     ax.set_yscale("log")
     ax.set_xticks(x, names)
-    ax.set_ylabel("episodes per second")
-    ax.legend(frameon=False, fontsize="small")
+    ax.set_ylabel("episodes per second (log scale)")
+    fig.legend(loc="outside lower center", ncols=3, frameon=False, fontsize="small")  # never over a bar
     return fig
 
 
 def _panel_figure(panel: Mapping[str, Mapping[str, float]]) -> Any:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
-    ax = fig.add_subplot()
-    for name, v in panel.items():
-        ax.scatter(v["gmv"], v["profit"], color="C0")
-        ax.annotate(name, (v["gmv"], v["profit"]), fontsize=7)
+    fig = Figure(figsize=(8.0, 4.2), layout="constrained")
+    ax, key = fig.subplots(1, 2, width_ratios=(3, 1.4))
+    ordered = sorted(panel.items(), key=lambda item: -item[1]["profit"])  # 1 = the most profitable
+    for i, (_, v) in enumerate(ordered, start=1):  # a number at each point, the names in a key beside:
+        ax.scatter(v["gmv"], v["profit"], color="C0")  # names at the points overlap when policies tie
+        ax.annotate(str(i), (v["gmv"], v["profit"]), xytext=(4, 3), textcoords="offset points", fontsize=8)
     ax.set_xlabel("GMV per 30-day episode ($)")
     ax.set_ylabel("profit per 30-day episode ($)")
     ax.grid(True, alpha=0.3)
+    key.axis("off")
+    lines = [f"{i:>2}  {name}" for i, (name, _) in enumerate(ordered, start=1)]
+    key.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=7.5)
     return fig
 
 

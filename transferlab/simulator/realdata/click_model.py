@@ -413,6 +413,7 @@ def save_calibration_plot(path: Path, bins: pd.DataFrame, title: str = "") -> No
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
 
     fig, ax = plt.subplots(figsize=(5, 4.5))
     top = 1.1 * float(max(bins["predicted"].max(), (bins["observed"] + 2 * bins["stderr"]).max()))
@@ -421,6 +422,9 @@ def save_calibration_plot(path: Path, bins: pd.DataFrame, title: str = "") -> No
     ax.errorbar(bins["predicted"], bins["observed"], yerr=yerr, fmt="o", capsize=3, label="observed ± 2 s.e.")
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
+    for axis in (ax.xaxis, ax.yaxis):  # CTRs are small fractions: a few ticks, as percentages
+        axis.set_major_locator(MaxNLocator(5))
+        axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=1))
     ax.set_xlabel("mean predicted CTR in bin")
     ax.set_ylabel("observed CTR in bin")
     ax.set_title(title, fontsize=9)
