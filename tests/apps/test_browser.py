@@ -69,6 +69,8 @@ def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Review
     svc = ReviewService(ReviewStore(url))
     ada = svc.add_user(None, "ada", "pass-word-ada", "admin")
     svc.add_user(ada, "rita", "pass-word-rita", "reviewer")
+    svc.add_user(ada, "vic", "pass-word-vic", "viewer")
+    svc.add_user(ada, "alma", "pass-word-alma", "approver")
     sam = svc.add_user(ada, "sam", "pass-word-sam", "reviewer")
     sid = svc.submit(
         sam,
@@ -247,3 +249,54 @@ def test_sign_in_approve_execute_in_chromium(
     _wait_text(driver, "Outcomes come back")
     assert svc.get(admin, sid).state == "executed" and svc.get(admin, sid).executions == 1
     _wait_text(driver, f"#{sid} executed")
+
+
+#: Each page's title, as the page shows it (the browser waits for it before the screenshot).
+PAGE_TITLES = {
+    "queue": "Review queue",
+    "suggestion": "Suggestion",
+    "executed": "Executed",
+    "audit": "Audit log",
+    "results": "Predicted vs real",
+    "reports": "Rate reports",
+    "experiments": "Experiments",
+}
+#: Each page's name in the sidebar (review_app.TITLES).
+NAV_TITLES = {
+    "queue": "Queue",
+    "suggestion": "Suggestion",
+    "executed": "Executed",
+    "audit": "Audit log",
+    "results": "Results",
+    "reports": "Rate reports",
+    "experiments": "Experiments",
+}
+USER_OF = {"viewer": "vic", "reviewer": "rita", "approver": "alma", "admin": "ada"}
+
+
+def test_every_page_for_every_role_in_chromium(
+    server: str, driver: Any, seeded: tuple[str, ReviewService, int], tmp_path: Path
+) -> None:
+    """Each role signs in and opens every page it is shown: each renders without an exception, and its
+    screenshot is kept (``docs/images/pages/<role>_<page>.png`` with TRANSFERLAB_SCREENSHOTS=1)."""
+    from selenium.webdriver.common.by import By
+
+    from transferlab.human_review import views
+
+    shots = _screenshot_dir(tmp_path) / "pages"
+    shots.mkdir(parents=True, exist_ok=True)
+    for role, name in USER_OF.items():
+        driver.get(server)  # a new session: the sign-in page
+        _wait_text(driver, "Review: sign in")
+        _find(driver, '//input[@aria-label="Name"]').send_keys(name)
+        _find(driver, '//input[@aria-label="Password"]').send_keys(f"pass-word-{name}")
+        _button(driver, "Sign in").click()
+        _wait_text(driver, f"{name} ({role})")
+        for page in [*views.pages_for(role), "experiments"]:  # experiments: every role's, after the rest
+            link = f'//a[@data-testid="stSidebarNavLink"][contains(normalize-space(.), "{NAV_TITLES[page]}")]'
+            _find(driver, link).click()  # by its name: the first page's link has no path
+            _wait_text(driver, PAGE_TITLES[page])
+            time.sleep(0.8)  # tables and charts paint after the script ends
+            errors = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+            assert not errors, f"{role} on {page}: {errors[0].text[:500]}"
+            driver.save_screenshot(str(shots / f"{role}_{page}.png"))
