@@ -599,7 +599,8 @@ def _throughput_figure(result: CompareResult) -> Any:
         rates = [result.throughput[k][w]["eps_per_s"] for k in names]
         bars = ax.bar(x + (j - 0.5) * 0.38, rates, 0.38, label=f"{w} worker{'s' if w > 1 else ''}")
         ax.bar_label(bars, labels=[f"{r:.0f}" for r in rates], fontsize=7, padding=2)
-    ax.axhline(1 / (30 * SECONDS_PER_DAY), color="C3", linestyle="--", label="a real shop: one 30-day episode")
+    shop = 1 / (30 * SECONDS_PER_DAY)
+    ax.axhline(shop, color="C3", linestyle="--", label="a real shop: one 30-day episode")
     ax.set_yscale("log")
     ax.set_xticks(x, names)
     ax.set_ylabel("episodes per second (log scale)")
