@@ -51,7 +51,7 @@ def make_runs(root: Path) -> None:
     store = RunStore(root)
     with store.create_run("cql", PageConfig(seed=1, lr=1e-3), run_id="alpha") as run:
         for step, loss in [(0, 1.0), (10, 0.5), (20, 0.25)]:
-            run.logger.log(step, {"train/loss": loss, "eval/return": 10.0 + step})
+            run.logger.log(step, {"train/loss": loss, "eval/return": 10.0 + step, "aux/steps": float(step)})
     with store.create_run("cql", PageConfig(seed=2, lr=3e-4), run_id="beta") as run:
         for step, loss in [(0, 2.0), (10, 0.75)]:
             run.logger.log(step, {"train/loss": loss})
@@ -83,7 +83,8 @@ def test_two_runs_side_by_side(viewer: str, runs_root: Path) -> None:
     assert last["beta"].isna().loc["eval/return"]  # beta never logged it
     minimum = metrics[metrics["stat"] == "min"].set_index("metric")
     assert minimum.loc["train/loss", ["beta", "alpha"]].to_dict() == {"beta": 0.75, "alpha": 0.25}
-    assert at.selectbox(key="exp_metric").options == ["eval/return", "train/loss"]
+    assert at.selectbox(key="exp_metric").options == ["aux/steps", "eval/return", "train/loss"]
+    assert at.selectbox(key="exp_metric").value == "eval/return"  # opens on an evaluation, not A-Z
     [chart] = at.get("vega_lite_chart")
     assert "eval/return" in chart.proto.spec  # the chosen metric's curves
 

@@ -253,6 +253,24 @@ def compare(infos: Sequence[RunInfo]) -> Comparison:
     return Comparison(list(infos), configs, frames, differ, n_equal)
 
 
+MEANINGFUL = ("held_out", "success", "eval/", "reward", "return", "profit", "loss")
+"""What a page opens on, best first: a key holding the first of these that any key holds."""
+
+
+def default_metric(keys: Sequence[str]) -> str | None:
+    """The metric to show first: held-out success before training success, evaluation before
+    training, then reward or return, profit, loss (see :data:`MEANINGFUL`); the first key otherwise.
+
+    >>> default_metric(["demo/steps", "train/loss", "eval/held_out_success", "train/success"])
+    'eval/held_out_success'
+    """
+    for word in MEANINGFUL:
+        hits = [k for k in keys if word in k]
+        if hits:
+            return hits[0]
+    return keys[0] if keys else None
+
+
 def config_frame(comparison: Comparison) -> pd.DataFrame:
     """One row per differing config key, one column per run; ``—`` where a run lacks the key."""
     rows = {

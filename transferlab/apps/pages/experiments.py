@@ -46,7 +46,10 @@ st.subheader("Metrics: last value, its step, min and max")
 keys = comparison.metric_keys
 if keys:
     st.dataframe(rc.metrics_frame(comparison), hide_index=True)
-    metric = st.selectbox("Metric over steps", keys, key="exp_metric")
+    first = rc.default_metric(keys)
+    metric = st.selectbox(
+        "Metric over steps", keys, index=keys.index(first) if first else 0, key="exp_metric"
+    )
     st.line_chart(rc.curves(comparison, metric), x_label="step", y_label=metric)
 else:
     st.caption("The selected runs logged no metrics.")
