@@ -16,6 +16,7 @@ from transferlab.platform.cli_kit import (
     EXIT_UNAVAILABLE,
     _split_debug,
     echo_progress,
+    eta_text,
     fail,
     fraction_progress,
     progress_bar,
@@ -73,7 +74,7 @@ def test_no_command_group_defines_its_own_fail() -> None:
 def test_fraction_progress_writes_lines_when_stderr_is_not_a_terminal() -> None:
     result = runner.invoke(_app(), ["--code", str(EXIT_BAD_INPUT)])
     # CliRunner's stderr is not a terminal: the new message is one line with the fraction done
-    assert "... half (50%, 0 s)" in result.stderr.splitlines()
+    assert "... half (50%, 0 s, about 0 s left)" in result.stderr.splitlines()
     quiet = runner.invoke(_app(), ["--code", str(EXIT_BAD_INPUT), "--quiet"])
     assert "half" not in quiet.stderr
 
@@ -133,3 +134,9 @@ def test_debug_after_a_double_dash_is_an_argument_not_the_flag() -> None:
 
 def test_run_app_exits_0_when_the_command_succeeds(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["--kind", "fine"], capsys) == (0, "")
+
+
+def test_eta_is_the_pace_so_far_and_silent_at_the_edges() -> None:
+    assert eta_text(30.0, 0.25) == ", about 90 s left"  # 30 s for a quarter: 90 s for the rest
+    assert eta_text(60.0, 0.2) == ", about 4 min left"  # 240 s
+    assert eta_text(1.0, 0.01) == "" and eta_text(10.0, 1.0) == ""

@@ -137,6 +137,18 @@ def progress_bar(description: str, total: int, quiet: bool = False) -> Iterator[
         yield lambda: bar.advance(task)
 
 
+def eta_text(elapsed: float, fraction: float) -> str:
+    """``", about N s left"`` from the pace so far (nothing before 5% or after the end).
+
+    >>> eta_text(30.0, 0.25), eta_text(3.0, 0.01), eta_text(10.0, 1.0)
+    (', about 90 s left', '', '')
+    """
+    if not 0.05 <= fraction < 1.0:
+        return ""
+    left = elapsed * (1.0 - fraction) / fraction
+    return f", about {left / 60:.0f} min left" if left >= 120 else f", about {left:.0f} s left"
+
+
 @contextmanager
 def fraction_progress(quiet: bool = False) -> Iterator[Callable[[str, float], None]]:
     """A rich progress bar on stderr driven by ``progress(message, fraction)`` (nothing when ``quiet``).
@@ -153,14 +165,30 @@ def fraction_progress(quiet: bool = False) -> Iterator[Callable[[str, float], No
         def line(message: str, fraction: float) -> None:
             if message != last[0]:
                 last[0] = message
-                typer.echo(f"... {message} ({fraction:.0%}, {time.monotonic() - t0:.0f} s)", err=True)
+                elapsed = time.monotonic() - t0
+                typer.echo(
+                    f"... {message} ({fraction:.0%}, {elapsed:.0f} s{eta_text(elapsed, fraction)})", err=True
+                )
 
         yield line
         return
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("starting", total=1.0)
         yield lambda message, fraction: bar.update(task, description=message, completed=fraction)
