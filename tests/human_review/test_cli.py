@@ -547,6 +547,45 @@ def test_users_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
     assert ReviewService(ReviewStore(url)).authenticate("ada", "first-secret").name == "ada"
 
 
+def _on_a_terminal(argv: list[str], answers: list[str], prompt: bytes) -> tuple[int, str]:
+    """``transferlab ARGV`` on a real pseudo-terminal, answering each ``prompt`` once it shows."""
+    import pty
+    import select
+    import sys
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI with the pty as its terminal
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFERLAB_")}
+        os.execve(
+            sys.executable, [sys.executable, "-c", "from transferlab.cli import main; main()", *argv], env
+        )
+    out, pending, answered = b"", list(answers), 0
+    while True:
+        ready, _, _ = select.select([fd], [], [], 120)
+        assert ready, f"no output from the CLI; so far: {out!r}"
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+        if pending and out.count(prompt) > answered and out.rstrip().endswith(b":"):
+            os.write(fd, pending.pop(0).encode() + b"\n")
+            answered += 1
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_the_acting_users_password_is_asked_on_a_terminal(review: Review) -> None:
+    argv = ["review", "list", "--db", review.url, "--user", "ada"]
+    code, out = _on_a_terminal(argv, [PASSWORDS["ada"]], b"ada's password")
+    assert code == 0 and "ada's password:" in out, out
+    assert PASSWORDS["ada"] not in out  # never echoed
+    code, out = _on_a_terminal(argv, ["wrong-password"], b"ada's password")
+    assert code == 3 and "unknown user or wrong password" in out, out
+
+
 def _listening(port: int) -> set[str]:
     """The local addresses (hex, as /proc/net/tcp{,6} write them) with a socket listening on ``port``."""
     found = set()
