@@ -362,7 +362,9 @@ def build_corpus(
     everything = [*seeds, *candidates]
 
     bar = None
-    if progress:
+    if progress and not sys.stderr.isatty():  # a log file: one line, not a bar redrawn thousands of times
+        print(f"... validating {len(everything)} candidate tasks in the sandbox", file=sys.stderr)
+    elif progress:
         from tqdm import tqdm
 
         bar = tqdm(
