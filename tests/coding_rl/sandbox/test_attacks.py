@@ -7,7 +7,7 @@ file of the job, nothing planted where the host or a later job would find it) an
 honest job on the same backend still passes.
 
 Where a backend cannot contain an attack, the test does not run the dangerous part: it is skipped
-with "NOT CONTAINED by <backend>" (see the README's backend table: use forkserver or docker for
+with "NOT CONTAINED by <backend>" (see docs/guide/sandbox.md's backend table: use forkserver or docker for
 untrusted code). A run prints the whole verdict table at the end (conftest.pytest_terminal_summary).
 """
 

@@ -1,6 +1,6 @@
 """The verifier: runs a candidate through a sandbox backend and grades it, failing closed.
 
-Rules (the README's "Grading rules"):
+Rules (docs/guide/sandbox.md, "Grading rules"):
 - the sandbox only ever receives call inputs; expected values stay in this process;
 - the candidate's return values arrive as plain tagged data (exact types) and are compared here, so
   an object whose ``__eq__`` always says yes, or a str/list subclass, cannot pass;
