@@ -8,7 +8,8 @@ them ever sees an expected value. Grading happens in :mod:`transferlab.coding_rl
   one PID namespace, unprivileged uid and rlimits per job. Needs root (Linux namespaces).
 - ``subprocess``: a fresh interpreter per job with the same rlimits, uid drop and seccomp filter; as
   root, fresh mount and IPC namespaces per job (empty /tmp, /var/tmp, /dev/shm, /run/lock). The
-  portable fallback: it does not hide the host's files or network (see the threat table in docs/guide/sandbox.md).
+  portable fallback: it does not hide the host's files or network (see the threat table in
+  docs/guide/sandbox.md).
 - ``docker``: :mod:`transferlab.coding_rl.sandbox.docker_backend`.
 """
 

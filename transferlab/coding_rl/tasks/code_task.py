@@ -203,7 +203,8 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
         msg = item["msg"].removeprefix("Value error, ")
         lines.append(f"  - {where}: {msg}")
     lines.append(
-        "  fix: see the task format in docs/guide/sandbox.md (Task format) or transferlab/coding_rl/tasks/code_task.py"
+        "  fix: see the task format in docs/guide/sandbox.md (Task format) or "
+        "transferlab/coding_rl/tasks/code_task.py"
     )
     return "\n".join(lines)
 
