@@ -14,7 +14,9 @@ from transferlab.cli import app
 from transferlab.simulator.calibration import (
     CalibrationError,
     calibrate,
+    calibrate_economics,
     deployment_outcomes,
+    economics_factors,
     level_shift,
     offer_shifts,
     predict_single_campaigns,
@@ -88,6 +90,51 @@ def test_deployment_pairs_world_results_with_the_simulator_s_predictions(
     assert (observed["orders"] >= 0).all()
     world_orders, sim_orders = deployed.totals
     assert world_orders > observed["orders"].sum() and sim_orders > 0  # the whole shop, not only campaigns
+
+
+def test_economics_factors_by_hand() -> None:
+    world = {"gmv": 1100.0, "profit": 300.0}
+    goods = {"gmv": 1000.0, "profit": 230.0, "push_cost": 20.0}  # 1000 paid - 700 goods - 50 pending - 20
+    free = {"gmv": 1000.0, "profit": 930.0, "push_cost": 20.0}
+    double = {"gmv": 2000.0, "profit": 1930.0, "push_cost": 20.0}
+    shift, factor = economics_factors(world, goods, free, double)
+    assert shift == pytest.approx(np.log(1.1))
+    # 1.1 * (1000 - 700 k) - 50 - 20 = 300  ->  k = (1000 - 370 / 1.1) / 700
+    assert factor == pytest.approx((1000 - 370 / 1.1) / 700)
+    with pytest.raises(CalibrationError, match="GMV per episode"):
+        economics_factors({"gmv": 0.0, "profit": 0.0}, goods, free, double)
+
+
+def test_economics_calibration_recovers_a_known_spend_and_cost(sim: LearnedSimulator) -> None:
+    """A 'world' that is the simulator with 20% higher list prices and 10% dearer goods: calibrating
+    on its GMV and profit per episode recovers both (common random numbers make it exact)."""
+    from dataclasses import replace
+
+    from transferlab.simulator.envs.campaign import run_policy
+
+    panel = {"weekly": Schedule(7, CATALOG[ACTION], horizon=14)}
+    truth = LearnedSimulator(
+        sim.config,
+        replace(
+            sim.params, spend_mu=sim.params.spend_mu + np.log(1.2), cost_ratio=sim.params.cost_ratio * 1.1
+        ),
+        sim.report,
+    )
+
+    def per_episode(s: LearnedSimulator) -> dict[str, float]:
+        out = run_policy(s.market(n_envs=8, n_customers=600, seed=4), panel["weekly"], SHORT, seed=4)[
+            "outcome"
+        ]
+        return {"gmv": float(out[:, 1].mean()), "profit": float(out[:, 2].mean())}
+
+    world = per_episode(truth)
+    fixed = calibrate_economics(sim, world, panel, n_customers=600, episodes=8, seed=4, episode=SHORT)
+    last = fixed.report["calibration"][-1]
+    assert last["spend_shift"] == pytest.approx(np.log(1.2), abs=1e-3)
+    assert last["cost_factor"] == pytest.approx(1.1, abs=1e-3)
+    again = per_episode(fixed)
+    assert again["gmv"] == pytest.approx(world["gmv"], rel=1e-3)
+    assert again["profit"] == pytest.approx(world["profit"], rel=1e-3)
 
 
 def test_the_level_shift_moves_every_purchase() -> None:

@@ -15,11 +15,19 @@ where ``observed_a`` / ``predicted_a`` are summed over the ``n_a`` campaigns of 
 with no new outcomes borrow the pooled shift of the observed actions with the same discount, shrunk
 again. The result is a new simulator (the old one is untouched); its report records every shift.
 
+Orders alone cannot fix the money: :func:`calibrate_economics` then matches the shop's GMV and profit
+per episode of the same deployment (the outcome vector, not only its order count). Every order's list
+value is lognormal around ``spend_mu``, so a shift ``s = log(world GMV / simulated GMV)`` of
+``spend_mu`` scales every payment, cost and return loss by ``e^s``; and the cost of goods enters
+profit linearly, so with common random numbers (the same markets with ``cost_ratio`` scaled by 1 and
+by 0, and with doubled prices) simulated profit is exactly ``e^s (X - k C) - Q - push`` for a cost
+factor ``k``, solved for the world's profit (:func:`economics_factors`; ``k`` clipped to [0.5, 2]).
+
 >>> import pandas as pd
 >>> obs = pd.DataFrame({"action_index": [5, 5], "orders": [30.0, 34.0]})
 >>> pred = pd.DataFrame({"action_index": [5, 5], "orders": [15.0, 17.0]})
 >>> round(float(offer_shifts(obs, pred, shrinkage=2.0)[5]), 4)  # 2/4 * log(65/33)
-0.339
+0.3389
 """
 
 from __future__ import annotations
@@ -98,6 +106,91 @@ def level_shift(observed_orders: float, predicted_orders: float) -> float:
             f"predicted {predicted_orders})"
         )
     return float(np.log(observed_orders / predicted_orders))
+
+
+ECONOMICS_KEYS = ("gmv", "profit", "push_cost")
+"""The shop-wide outcomes :func:`calibrate_economics` matches per episode."""
+
+
+def economics_factors(
+    world: Mapping[str, float],
+    goods: Mapping[str, float],
+    free: Mapping[str, float],
+    free_double: Mapping[str, float],
+) -> tuple[float, float]:
+    """(spend shift, cost factor) that make the simulator's GMV and profit per episode the world's.
+
+    The simulator's per-episode ``gmv``, ``profit`` and ``push_cost`` on the same markets three ways:
+    ``goods`` as fitted, ``free`` with the goods' cost set to zero, ``free_double`` with it zero and
+    every list price doubled. Profit is ``e^s (X - k C) - Q - push``: ``X`` what the orders bring
+    before the goods, ``C`` what the goods cost, ``Q`` the losses already pending from before the
+    episode (returns of earlier orders, untouched by prices), so ``X = free_double - free``,
+    ``C = free - goods`` and ``Q = X - push - free``; then ``k`` solves it for the world's profit.
+
+    >>> world = {"gmv": 1100.0, "profit": 300.0}
+    >>> goods = {"gmv": 1000.0, "profit": 230.0, "push_cost": 20.0}  # 1000 - 700 - 50 pending - 20
+    >>> free = {"gmv": 1000.0, "profit": 930.0, "push_cost": 20.0}
+    >>> double = {"gmv": 2000.0, "profit": 1930.0, "push_cost": 20.0}
+    >>> s, k = economics_factors(world, goods, free, double)
+    >>> round(s, 4), round(k, 4)  # GMV x1.1; 1.1 (1000 - 700 k) - 50 - 20 = 300  ->  k = 0.9481
+    (0.0953, 0.9481)
+    """
+    for name, totals in (("world", world), ("simulator", goods)):
+        if totals["gmv"] <= 0:
+            raise CalibrationError(
+                f"the {name}'s GMV per episode is {totals['gmv']}: nothing to calibrate on"
+            )
+    shift = float(np.log(world["gmv"] / goods["gmv"]))
+    push = float(goods["push_cost"])
+    before_goods = float(free_double["profit"]) - float(free["profit"])
+    cost = float(free["profit"]) - float(goods["profit"])
+    pending = before_goods - push - float(free["profit"])
+    if cost <= 0:
+        return shift, 1.0
+    factor = (before_goods - (float(world["profit"]) + pending + push) / np.exp(shift)) / cost
+    return shift, float(np.clip(factor, 0.5, 2.0))
+
+
+def calibrate_economics(
+    sim: LearnedSimulator,
+    world: Mapping[str, float],
+    panel: Mapping[str, Policy],
+    *,
+    n_customers: int,
+    episodes: int,
+    seed: int = 0,
+    episode: EpisodeConfig | None = None,
+) -> LearnedSimulator:
+    """A new simulator whose spend level and cost of goods make its GMV and profit per episode match
+    ``world`` (per-episode means of a deployment of ``panel``), re-simulating that deployment (see the
+    module docstring); the report's last calibration round records both factors."""
+
+    def per_episode(s: LearnedSimulator) -> dict[str, float]:
+        totals, n = np.zeros(len(DAY_KEYS)), 0
+        for i, policy in enumerate(panel.values()):
+            market = s.market(n_envs=episodes, n_customers=n_customers, seed=seed + i)
+            totals += run_policy(market, policy, episode, seed=seed + i)["outcome"].sum(axis=0)
+            n += episodes
+        return {k: float(totals[DAY_KEYS.index(k)]) / n for k in ECONOMICS_KEYS}
+
+    def variant(spend: float, cost: float) -> LearnedSimulator:
+        mu, ratio = sim.params.spend_mu + spend, sim.params.cost_ratio * cost
+        return LearnedSimulator(sim.config, replace(sim.params, spend_mu=mu, cost_ratio=ratio), sim.report)
+
+    doubled = variant(float(np.log(2.0)), 0.0)
+    shift, factor = economics_factors(
+        world, per_episode(sim), per_episode(variant(0.0, 0.0)), per_episode(doubled)
+    )
+    params = replace(
+        sim.params,
+        spend_mu=sim.params.spend_mu + np.asarray(shift, dtype=sim.params.spend_mu.dtype),
+        cost_ratio=sim.params.cost_ratio * np.asarray(factor, dtype=sim.params.cost_ratio.dtype),
+    )
+    report: dict[str, Any] = dict(sim.report)
+    rounds = list(report.get("calibration", [])) or [{}]
+    rounds[-1] = {**rounds[-1], "spend_shift": round(shift, 4), "cost_factor": round(factor, 4)}
+    report["calibration"] = rounds
+    return LearnedSimulator(sim.config, params, report)
 
 
 def predict_single_campaigns(
@@ -196,6 +289,7 @@ def deployment_outcomes(
     predicted) campaign orders per campaign and the shop's total orders in both."""
     observed, predicted = [], []
     totals = np.zeros(2)
+    money = np.zeros(len(DAY_KEYS))
     promo_days = int(sim.params.promo_days)
     for i, policy in enumerate(panel.values()):
         market = WorldMarket.from_manifest(dict(world), n_envs=episodes, seed=seed + 101 * i)
@@ -209,10 +303,13 @@ def deployment_outcomes(
         predicted.append(frame.loc[closed, ["action_index", "orders"]])
         orders = DAY_KEYS.index("orders")
         totals += [world_run["outcome"][:, orders].sum(), sim_run["outcome"][:, orders].sum()]
+        money += world_run["outcome"].sum(axis=0)
+    n = episodes * len(panel)
     return Deployment(
         pd.concat(observed, ignore_index=True),
         pd.concat(predicted, ignore_index=True),
         (float(totals[0]), float(totals[1])),
+        {k: float(money[DAY_KEYS.index(k)]) / n for k in ECONOMICS_KEYS},
     )
 
 
@@ -223,3 +320,4 @@ class Deployment:
     observed: pd.DataFrame  # per campaign: action_index, orders (offer window closed)
     predicted: pd.DataFrame  # the same in the simulator, under the same policies
     totals: tuple[float, float]  # shop-wide orders: (world, simulator)
+    world_per_episode: dict[str, float]  # the world's GMV, profit and push cost per episode

@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Report
-from transferlab.simulator.calibration import calibrate, deployment_outcomes
+from transferlab.simulator.calibration import calibrate, calibrate_economics, deployment_outcomes
 from transferlab.simulator.envs.campaign import EpisodeConfig
 from transferlab.simulator.fidelity import (
     ERROR_KEYS,
@@ -139,6 +139,16 @@ def run_fidelity(
         sim, logs.manifest, cal_panel, episodes=deploy_episodes, seed=seed + 1000, episode=episode
     )
     calibrated = calibrate(sim, deployed.observed, deployed.predicted, totals=deployed.totals, seed=seed)
+    say("calibrating the economics: GMV and profit per episode of the same deployment")
+    calibrated = calibrate_economics(
+        calibrated,
+        deployed.world_per_episode,
+        cal_panel,
+        n_customers=n_customers,
+        episodes=deploy_episodes,
+        seed=seed + 2000,
+        episode=episode,
+    )
     say("both panels in the calibrated simulator")
     after, after_cal = in_sim(calibrated, eval_panel, world_eval), in_sim(calibrated, cal_panel, world_cal)
     tau_before, ci_before = ranking_agreement(before.sim, world_eval, seed=seed)
@@ -160,6 +170,8 @@ def run_fidelity(
         "deploy_episodes": deploy_episodes,
         "calibration_campaigns": len(deployed.observed),
         "calibration_level_shift": calibrated.report["calibration"][-1]["level_shift"],
+        "calibration_spend_shift": calibrated.report["calibration"][-1]["spend_shift"],
+        "calibration_cost_factor": calibrated.report["calibration"][-1]["cost_factor"],
         "before": before.summary(),
         "after": after.summary(),
         "in_sample": {"before": before_cal.summary(), "after": after_cal.summary()},
