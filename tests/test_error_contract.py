@@ -23,6 +23,14 @@ def _transferlab(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[i
     return int(exit_info.value.code or 0), capsys.readouterr().err
 
 
+def _small_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """Two weeks of a 100-customer shop's logs, made by `transferlab sim generate-logs`."""
+    logs = tmp_path / "logs"
+    argv = ["sim", "generate-logs", "--out", str(logs), "--customers", "100", "--days", "14"]
+    assert _transferlab(argv, capsys)[0] == 0
+    return logs
+
+
 def _one_error_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, err
@@ -42,13 +50,7 @@ def test_an_out_of_range_epsilon_is_refused_before_any_logs_are_made(
 def test_fitting_logs_with_a_corrupt_parquet_names_the_file_and_the_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    logs = tmp_path / "logs"
-    assert (
-        _transferlab(
-            ["sim", "generate-logs", "--out", str(logs), "--customers", "100", "--days", "14"], capsys
-        )[0]
-        == 0
-    )
+    logs = _small_logs(tmp_path, capsys)
     (logs / "campaigns.parquet").write_bytes(b"not parquet")
     code, err = _transferlab(["sim", "fit", str(logs), "--out", str(tmp_path / "sim")], capsys)
     line = _one_error_line(err)
@@ -106,13 +108,7 @@ def test_resume_of_another_kind_of_run_names_both_kinds(
 def test_a_bad_simulator_leaves_no_training_run_behind(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    logs = tmp_path / "logs"
-    assert (
-        _transferlab(
-            ["sim", "generate-logs", "--out", str(logs), "--customers", "100", "--days", "14"], capsys
-        )[0]
-        == 0
-    )
+    logs = _small_logs(tmp_path, capsys)
     runs = tmp_path / "runs"
     code, err = _transferlab(
         [

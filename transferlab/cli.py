@@ -188,7 +188,7 @@ def compare(
     """
     from transferlab.comparison.compare import PRESET_ALIASES, PRESETS, check_inputs, run_compare, table_text
     from transferlab.platform.cli_kit import canonical_preset
-    from transferlab.platform.runstore import end_run_meta, new_run_id, start_run_meta
+    from transferlab.platform.runstore import new_run_id, recorded_run
 
     try:
         preset = canonical_preset(preset, PRESETS, PRESET_ALIASES)
@@ -227,15 +227,10 @@ def compare(
         )
         if value is not None
     ]
-    run = start_run_meta(run_dir, "compare", config)
-    try:
+    with recorded_run(run_dir, "compare", config):
         result = run_compare(
             config, run_dir, progress=echo_progress, command="transferlab compare " + " ".join(options)
         )
-    except BaseException as err:
-        end_run_meta(run, err)
-        raise
-    end_run_meta(run)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=1, default=str))
         return

@@ -505,39 +505,16 @@ def test_show_escapes_free_text_so_audit_lines_cannot_be_forged(review: Review) 
 
 def test_users_add_asks_twice_on_a_terminal(tmp_path: Path) -> None:
     """``users add`` on a real pseudo-terminal: asked twice, a mismatch refused, a match stored."""
-    import pty
-    import select
-    import sys
-
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
 
     url = f"sqlite:///{tmp_path / 'review.db'}"
 
     def add(name: str, answers: list[str]) -> tuple[int, str]:
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: the CLI with the pty as its terminal
-            argv = [sys.executable, "-c", "from transferlab.cli import main; main()"]
-            argv += ["review", "users", "add", name, "--role", "admin", "--db", url]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFERLAB_")}
-            os.execve(sys.executable, argv, env)
-        out, pending, answered = b"", list(answers), 0
-        while True:
-            ready, _, _ = select.select([fd], [], [], 120)
-            assert ready, f"no output from the CLI; so far: {out!r}"
-            try:
-                chunk = os.read(fd, 1024)
-            except OSError:  # the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-            # answer each prompt once it is shown: getpass turns echo off (flushing input) before that
-            if pending and out.count(b"password for") > answered and out.rstrip().endswith(b":"):
-                os.write(fd, pending.pop(0).encode() + b"\n")
-                answered += 1
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+        # each prompt answered once shown: getpass turns echo off (flushing input) before that
+        return _on_a_terminal(
+            ["review", "users", "add", name, "--role", "admin", "--db", url], answers, b"password for"
+        )
 
     code, out = add("ada", ["first-secret", "other-secret"])
     assert code == 2 and "password for ada:" in out and "the two passwords differ" in out

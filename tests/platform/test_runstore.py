@@ -29,6 +29,7 @@ from transferlab.platform.runstore import (
     RunStore,
     is_owned,
     new_run_id,
+    recorded_run,
 )
 
 
@@ -376,3 +377,18 @@ def test_a_run_killed_at_any_point_and_resumed_logs_every_row_once(tmp_path: Pat
     pd.testing.assert_frame_equal(killed[cols].sort_values(["step", "key"]).reset_index(drop=True), expected)
     meta = Run(tmp_path / "killed" / "loop" / "r").meta
     assert meta["status"] == "finished" and len(meta["resumed_at"]) == len(points)
+
+
+def test_recorded_run_marks_finished_failed_and_resumed(tmp_path: Path) -> None:
+    with recorded_run(tmp_path / "offline-train" / "r1", "offline-train", DemoConfig(seed=4)) as run:
+        assert run.meta["status"] == "running" and run.meta["seed"] == 4
+    assert Run(tmp_path / "offline-train" / "r1").meta["status"] == "finished"
+    with (
+        pytest.raises(KeyError, match="boom"),
+        recorded_run(tmp_path / "offline-train" / "r1", "offline-train", DemoConfig()),
+    ):
+        raise KeyError("boom")
+    meta = Run(tmp_path / "offline-train" / "r1").meta
+    assert meta["status"] == "failed" and meta["error"] == "KeyError: 'boom'"
+    assert len(meta["resumed_at"]) == 1  # the second block was a rerun of the same directory
+    assert [r.status for r in RunStore(tmp_path).list_runs()] == ["failed"]

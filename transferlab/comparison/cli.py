@@ -86,7 +86,7 @@ def train(
 ) -> None:
     """Ops SFT + multi-turn GRPO alone, one seed: the held-out success and rubric curve, as a run."""
     from transferlab.comparison.ops_training import PRESETS, train_ops
-    from transferlab.platform.runstore import end_run_meta, new_run_id, start_run_meta
+    from transferlab.platform.runstore import new_run_id, recorded_run
 
     if init_from is not None and not (init_from / "config.json").is_file():
         fail(f"--init-from {init_from} is not a saved policy (no config.json): pass a run's policy/ folder")
@@ -98,13 +98,8 @@ def train(
 
     torch.set_num_threads(1)
     config = PRESETS[preset.value]().model_copy(update={"seed": seed})
-    run = start_run_meta(directory, "ops-train", config)
-    try:
+    with recorded_run(directory, "ops-train", config):
         res = train_ops(config, directory, init_from)
-    except BaseException as err:
-        end_run_meta(run, err)
-        raise
-    end_run_meta(run)
     for p in res.curve:
         typer.echo(
             f"{p['stage']:>5} step {p['step']:>3}: "

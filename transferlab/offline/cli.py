@@ -165,7 +165,7 @@ def train_command(
     from transferlab.offline.learners import LEARNERS
     from transferlab.offline.train import OfflineTrainConfig, train_offline
     from transferlab.platform.config import ConfigError
-    from transferlab.platform.runstore import RunInUseError, RunLock, end_run_meta, new_run_id, start_run_meta
+    from transferlab.platform.runstore import RunInUseError, RunLock, new_run_id, recorded_run
     from transferlab.simulator.logs import LogError, read_logs
 
     names = list(learner or [])
@@ -198,14 +198,9 @@ def train_command(
     lock = RunLock(out)
     try:
         lock.acquire()  # one process per run directory
-        run = start_run_meta(out, "offline-train", cfg)  # `runs list` and the Experiments page see it
-        try:
-            with fraction_progress(quiet=as_json) as progress:
-                result = train_offline(tables, cfg, run_dir=out, progress=progress)
-        except BaseException as exc:
-            end_run_meta(run, exc)
-            raise
-        end_run_meta(run)
+        # `runs list` and the Experiments page see it
+        with recorded_run(out, "offline-train", cfg), fraction_progress(quiet=as_json) as progress:
+            result = train_offline(tables, cfg, run_dir=out, progress=progress)
     except (DatasetError, ValueError, RunInUseError) as exc:  # bad logs or options, each named with the fix
         fail(str(exc))
     finally:

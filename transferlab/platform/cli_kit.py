@@ -52,10 +52,6 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
-PRESET_WORDS = "smoke: a check in seconds to minutes; cpu: the settings behind the committed results"
-"""What the preset names every command shares mean (some commands add a level between the two)."""
-
-
 def canonical_preset(name: str, presets: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
     """``name`` as one of ``presets`` (an older name in ``aliases`` maps to its new one); a
     ``ValueError`` listing the choices otherwise.

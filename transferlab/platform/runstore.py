@@ -41,7 +41,7 @@ import subprocess
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -535,6 +535,19 @@ def start_run_meta(run_dir: str | os.PathLike[str], experiment: str, config: Bas
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write_json(directory / META_FILE, _new_meta(experiment, directory.name, config, None, now))
     return Run(directory)
+
+
+@contextlib.contextmanager
+def recorded_run(run_dir: str | os.PathLike[str], experiment: str, config: BaseConfig) -> Iterator[Run]:
+    """:func:`start_run_meta`, then :func:`end_run_meta` with ``finished``, or ``failed`` and the error
+    (which goes on) when the block raises: a job that owns its directory, as a run ``runs list`` sees."""
+    run = start_run_meta(run_dir, experiment, config)
+    try:
+        yield run
+    except BaseException as err:
+        end_run_meta(run, err)
+        raise
+    end_run_meta(run)
 
 
 def end_run_meta(run: Run, error: BaseException | None = None) -> None:
