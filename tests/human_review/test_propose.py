@@ -18,6 +18,7 @@ from transferlab.human_review.propose import (
     market_observation,
     marketer_actions,
     predict_campaign,
+    predict_evidence,
     predict_uplift,
     propose,
 )
@@ -175,6 +176,9 @@ def test_uplift_is_paired_market_by_market(artifacts: dict[str, Path]) -> None:
     same = predict_uplift(sim, index, obs, n_customers=200, n_envs=4)
     assert same == uplift  # seeded: the same figures again
     assert set(predict_campaign(sim, index, n_customers=200, n_envs=4)) >= set(UPLIFT_KEYS)
+    # one run of the campaign's markets gives both, as the separate calls do
+    both = predict_evidence(sim, index, obs, n_customers=200, n_envs=4)
+    assert both == (predict_campaign(sim, index, n_customers=200, n_envs=4), uplift)
 
 
 def test_the_marketer_baseline_samples_the_logging_policy() -> None:

@@ -7,8 +7,8 @@ suggestions, each with the evidence a reviewer needs::
     policy   = load_policy(path)                             # a PPO policy.pt or an offline learner dir
     ranked   = policy.ranked(obs)                            # catalog indices, best first (+ scores)
     for each of the top n campaigns:
-        predicted = predict_campaign(sim, index, ...)        # the learned simulator's outcome intervals
-        uplift    = predict_uplift(sim, index, obs, ...)     # vs doing nothing and vs the marketer, paired
+        predicted, uplift = predict_evidence(sim, index, obs, ...)   # the learned simulator's outcome
+                                  # intervals, and the uplift vs doing nothing and vs the marketer, paired
         ope       = ope_evidence(run_dir, learner)           # the offline run's SNDR estimate and coverage
         suggestion = {action, reasoning, confidence, risk, evidence}
     service.submit(actor, suggestion) for each
@@ -63,6 +63,7 @@ __all__ = [
     "market_observation",
     "ope_evidence",
     "predict_campaign",
+    "predict_evidence",
     "predict_uplift",
     "propose",
 ]
@@ -203,53 +204,52 @@ def market_observation(logs_dir: Path, market_dir: Path | None = None) -> np.nda
     return np.array([*values, 1.0], dtype=np.float64)
 
 
-def predict_campaign(
-    sim: LearnedSimulator, index: int, *, n_customers: int, n_envs: int = PREDICT_ENVS, seed: int = 0
-) -> dict[str, dict[str, float]]:
-    """The learned simulator's outcome vector for launching catalog ``index`` today, once matured.
-
-    Launched on the first day of ``n_envs`` markets (each starting from the end of the logs), then
-    ``maturity_days`` quiet days; per outcome key the mean and the 10th/90th percentiles across
-    markets (keys whose values are not all finite, e.g. retention not yet known, are left out).
-    """
-    market = sim.market(n_envs=n_envs, n_customers=n_customers, seed=seed)
-    market.reset(seed)
-    market.step(np.full(n_envs, int(index), dtype=np.int64))
-    noop = np.zeros(n_envs, dtype=np.int64)
-    for _ in range(int(sim.params.maturity_days)):
-        market.step(noop)
-    frame = market.campaign_outcomes().frame()
-    out: dict[str, dict[str, float]] = {}
-    for key in OUTCOME_KEYS:
-        values = frame[key].to_numpy(dtype=np.float64)
-        if len(values) == 0 or not np.isfinite(values).all():
-            continue
-        mean = float(values.mean())
-        low, high = (float(np.quantile(values, q)) for q in PREDICT_QUANTILES)
-        out[key] = {"estimate": mean, "low": min(low, mean), "high": max(high, mean)}
-    return out
-
-
 UPLIFT_KEYS = tuple(k for k in OUTCOME_KEYS if k in DAY_KEYS)
 """The outcomes whose shop-wide daily totals the simulator reports (money, counts), so an uplift over
 a baseline can be measured on them; satisfaction and retention are per campaign and have none."""
 
 
-def _window_totals(sim: LearnedSimulator, actions: np.ndarray, *, n_customers: int, seed: int) -> np.ndarray:
-    """Shop-wide totals (n_envs, len(DAY_KEYS)) over launch day + maturity, launching ``actions``."""
+def _launch(
+    sim: LearnedSimulator, actions: np.ndarray, *, n_customers: int, seed: int
+) -> tuple[np.ndarray, Any]:
+    """``actions`` launched on the first day of ``len(actions)`` markets (each starting from the end of
+    the logs), then ``maturity_days`` quiet days: the shop-wide totals (n_envs, len(DAY_KEYS)) and the
+    markets (whose campaign book holds the campaigns' own outcomes)."""
     market = sim.market(n_envs=len(actions), n_customers=n_customers, seed=seed)
     market.reset(seed)
     total = market.step(actions.astype(np.int64))
     noop = np.zeros(len(actions), dtype=np.int64)
     for _ in range(int(sim.params.maturity_days)):
         total = total + market.step(noop)
-    return total
+    return total, market
 
 
 def _summary(values: np.ndarray) -> dict[str, float]:
+    """Mean and 10th/90th percentiles (the interval widened to hold the mean)."""
     mean = float(values.mean())
     low, high = (float(np.quantile(values, q)) for q in PREDICT_QUANTILES)
     return {"estimate": mean, "low": min(low, mean), "high": max(high, mean)}
+
+
+def _campaign_outcomes(market: Any) -> dict[str, dict[str, float]]:
+    """Per outcome key of the launched campaigns, :func:`_summary` across markets (keys whose values
+    are not all finite, e.g. retention not yet known, are left out)."""
+    frame = market.campaign_outcomes().frame()
+    out: dict[str, dict[str, float]] = {}
+    for key in OUTCOME_KEYS:
+        values = frame[key].to_numpy(dtype=np.float64)
+        if len(values) and np.isfinite(values).all():
+            out[key] = _summary(values)
+    return out
+
+
+def predict_campaign(
+    sim: LearnedSimulator, index: int, *, n_customers: int, n_envs: int = PREDICT_ENVS, seed: int = 0
+) -> dict[str, dict[str, float]]:
+    """The learned simulator's outcome vector for launching catalog ``index`` today, once matured:
+    per outcome key the mean and the 10th/90th percentiles across ``n_envs`` markets."""
+    _, market = _launch(sim, np.full(n_envs, int(index)), n_customers=n_customers, seed=seed)
+    return _campaign_outcomes(market)
 
 
 def marketer_actions(obs: np.ndarray, epsilon: float, n: int, seed: int) -> np.ndarray:
@@ -260,6 +260,23 @@ def marketer_actions(obs: np.ndarray, epsilon: float, n: int, seed: int) -> np.n
     state = dict(zip(OBS_KEYS, (float(x) for x in obs[: len(OBS_KEYS)]), strict=True))
     probs = MarketerPolicy(epsilon=epsilon).probabilities(state, gmv_baseline=state["gmv_7d"])
     return np.random.default_rng(seed).choice(len(probs), size=n, p=probs).astype(np.int64)
+
+
+def _uplifts(
+    sim: LearnedSimulator, mine: np.ndarray, obs: np.ndarray, *, n_customers: int, epsilon: float, seed: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """The campaign's window totals ``mine`` against doing nothing and against the marketer's choice,
+    on the same markets and seed, per baseline and ``UPLIFT_KEYS`` key."""
+    n_envs = len(mine)
+    baselines = {
+        "no_campaign": np.zeros(n_envs, dtype=np.int64),
+        "current": marketer_actions(obs, epsilon, n_envs, seed),
+    }
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, actions in baselines.items():
+        diff = mine - _launch(sim, actions, n_customers=n_customers, seed=seed)[0]
+        out[name] = {key: _summary(diff[:, DAY_KEYS.index(key)]) for key in UPLIFT_KEYS}
+    return out
 
 
 def predict_uplift(
@@ -275,16 +292,25 @@ def predict_uplift(
     """The campaign's uplift in shop-wide totals over its window against doing nothing and against the
     marketer's own choice, paired market by market (the same simulated markets and seed for each arm):
     per baseline and ``UPLIFT_KEYS`` key, the mean difference and its 10th/90th percentiles."""
-    mine = _window_totals(sim, np.full(n_envs, int(index)), n_customers=n_customers, seed=seed)
-    baselines = {
-        "no_campaign": np.zeros(n_envs, dtype=np.int64),
-        "current": marketer_actions(obs, epsilon, n_envs, seed),
-    }
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for name, actions in baselines.items():
-        diff = mine - _window_totals(sim, actions, n_customers=n_customers, seed=seed)
-        out[name] = {key: _summary(diff[:, DAY_KEYS.index(key)]) for key in UPLIFT_KEYS}
-    return out
+    return predict_evidence(
+        sim, index, obs, n_customers=n_customers, epsilon=epsilon, n_envs=n_envs, seed=seed
+    )[1]
+
+
+def predict_evidence(
+    sim: LearnedSimulator,
+    index: int,
+    obs: np.ndarray,
+    *,
+    n_customers: int,
+    epsilon: float = 0.1,
+    n_envs: int = PREDICT_ENVS,
+    seed: int = 0,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
+    """:func:`predict_campaign` and :func:`predict_uplift` from one run of the campaign's markets."""
+    mine, market = _launch(sim, np.full(n_envs, int(index)), n_customers=n_customers, seed=seed)
+    uplift = _uplifts(sim, mine, obs, n_customers=n_customers, epsilon=epsilon, seed=seed)
+    return _campaign_outcomes(market), uplift
 
 
 def ope_evidence(run_dir: Path, learner: str, estimator: str = OPE_ESTIMATOR) -> dict[str, Any] | None:
@@ -413,15 +439,10 @@ def build_suggestions(
             budget=float(campaign.budget),
             category=str(campaign.category),
         )
-        predicted = (
-            predict_campaign(simulator, index, n_customers=n_customers, seed=rank)
+        predicted, uplift = (
+            predict_evidence(simulator, index, obs, n_customers=n_customers, epsilon=epsilon, seed=rank)
             if simulator is not None
-            else {}
-        )
-        uplift = (
-            predict_uplift(simulator, index, obs, n_customers=n_customers, epsilon=epsilon, seed=rank)
-            if simulator is not None
-            else {}
+            else ({}, {})
         )
         confidence = confidence_from(ope, predicted, rank)
         evidence = Evidence(
