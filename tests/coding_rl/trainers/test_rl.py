@@ -21,9 +21,13 @@ from transferlab.coding_rl.trainers.rl import (
     RLConfig,
     _complete_groups,
     build_batch,
+    draw_task_indices,
     draw_tasks,
     episode_context,
+    flat_groups,
+    load_checkpoint,
     rollout_metrics,
+    save_checkpoint,
     step_seed,
     train_rl,
 )
@@ -219,6 +223,40 @@ def _episode(reward: float, success: bool | None, group: int, components: dict[s
     return Trajectory([step])
 
 
+def test_informative_sampling_skips_tasks_last_seen_flat_and_uniform_ignores_the_record() -> None:
+    uniform = rl_config(tasks_per_step=6, seed=1)
+    informative = uniform.model_copy(update={"task_sampling": "informative", "flat_task_weight": 0.0})
+    flat = {0: True, 1: True, 2: False}  # 0 and 1: last group flat; 2: mixed; 3, 4: never seen
+    for step in range(20):
+        assert draw_task_indices(5, uniform, step, flat) == draw_task_indices(5, uniform, step, {})
+        assert not {0, 1} & set(draw_task_indices(5, informative, step, flat))
+    # nothing seen flat yet: the informative draw is the uniform one
+    assert draw_task_indices(5, informative, 3, {2: False}) == draw_task_indices(5, uniform, 3, {})
+    # every task flat with weight 0: drawn uniformly rather than not at all
+    assert len(draw_task_indices(2, informative, 0, {0: True, 1: True})) == 6
+    # a small weight: flat tasks are drawn, but far less often (weight 0.1 vs 1: expect ~2/3.2 of draws)
+    light = informative.model_copy(update={"flat_task_weight": 0.1, "tasks_per_step": 1000})
+    draws = draw_task_indices(5, light, 0, flat)
+    share = sum(i in (0, 1) for i in draws) / len(draws)
+    assert 0.03 < share < 0.09  # 0.2 / 3.2 = 0.0625
+
+
+def test_flat_groups_records_equal_returns_per_drawn_task_and_skips_lost_groups() -> None:
+    ep = [_episode(r, None, 0, {}) for r in (1.0, 1.0, 0.0, 2.0, 5.0, 5.0)]
+    assert flat_groups(ep, [7, 3, 9], 2) == {7: True, 3: False, 9: True}
+    assert flat_groups([ep[0], None, ep[2], ep[3]], [7, 3], 2) == {3: False}
+    # a task drawn twice in one step: the later group is its record
+    assert flat_groups(ep[:4], [4, 4], 2) == {4: False}
+
+
+def test_the_checkpoint_carries_the_flat_task_record(policy: Any, tmp_path: Path) -> None:
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    save_checkpoint(tmp_path / "c.pt", 5, policy, None, optimizer, {3: True, 8: False})
+    record: dict[int, bool] = {}
+    assert load_checkpoint(tmp_path / "c.pt", policy, None, optimizer, record) == 5
+    assert record == {3: True, 8: False}
+
+
 def test_complete_groups_drop_a_group_with_a_lost_episode() -> None:
     a, b, c, d = (_episode(float(i), None, i // 2, {}) for i in range(4))
     assert _complete_groups([a, b, c, d], 2) == [a, b, c, d]
@@ -250,8 +288,12 @@ def test_rollout_metrics_average_over_episodes() -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"algo": "grpo", "kl_coef": 0.05}, {"algo": "ppo", "lora": LoraOptions(r=4)}],
-    ids=["grpo-kl", "ppo-lora"],
+    [
+        {"algo": "grpo", "kl_coef": 0.05},
+        {"algo": "ppo", "lora": LoraOptions(r=4)},
+        {"algo": "grpo", "task_sampling": "informative", "flat_task_weight": 0.0},
+    ],
+    ids=["grpo-kl", "ppo-lora", "grpo-informative"],
 )
 def test_a_killed_run_resumed_from_its_checkpoint_ends_exactly_like_an_uninterrupted_one(
     tok: Any,

@@ -28,7 +28,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -96,6 +96,16 @@ class RLConfig(BaseConfig):
     )
     steps: int = Field(default=50, ge=1, description="Training iterations (roll out, score, update).")
     tasks_per_step: int = Field(default=8, ge=1, description="Distinct tasks per iteration.")
+    task_sampling: Literal["uniform", "informative"] = Field(
+        default="uniform",
+        description="How each iteration draws its tasks: 'uniform', or 'informative' (DAPO's dynamic "
+        "sampling within the episode budget: a task whose last group was flat - every episode solved "
+        "or every one failed, so GRPO learns nothing from it - is drawn with weight flat_task_weight, "
+        "an unseen or mixed one with weight 1; no episode is run only to be filtered out).",
+    )
+    flat_task_weight: float = Field(
+        default=0.1, ge=0, le=1, description="'informative' sampling: the weight of a task last seen flat."
+    )
     group_size: int = Field(default=4, ge=1, description="Episodes per task (G); GRPO needs >= 2.")
     epochs: int = Field(default=1, ge=1, description="Optimizer passes over each iteration's episodes.")
     lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate.")
@@ -495,8 +505,32 @@ def rollout_metrics(trajs: list[Trajectory], lost: int) -> dict[str, float]:
 
 def draw_tasks(tasks: Sequence[T], config: RLConfig, step: int) -> list[T]:
     """The iteration's tasks, a function of (seed, step) only: a resumed run draws the same ones."""
+    return [tasks[i] for i in draw_task_indices(len(tasks), config, step, {})]
+
+
+def draw_task_indices(n: int, config: RLConfig, step: int, flat: Mapping[int, bool]) -> list[int]:
+    """Indices of the iteration's tasks among ``n``: uniform, a function of (seed, step) only; or
+    'informative', weighting a task whose last group was flat (``flat[i]``) by ``flat_task_weight``."""
     rng = random.Random(config.seed * 1_000_003 + step)
-    return [tasks[rng.randrange(len(tasks))] for _ in range(config.tasks_per_step)]
+    if config.task_sampling == "uniform" or not any(flat.values()):
+        return [rng.randrange(n) for _ in range(config.tasks_per_step)]
+    weights = [config.flat_task_weight if flat.get(i, False) else 1.0 for i in range(n)]
+    if sum(weights) == 0.0:  # every task flat and weight 0: nothing is informative, draw uniformly
+        weights = [1.0] * n
+    return rng.choices(range(n), weights=weights, k=config.tasks_per_step)
+
+
+def flat_groups(
+    trajs: Sequence[Trajectory | None], indices: Sequence[int], group_size: int
+) -> dict[int, bool]:
+    """Per drawn task index, whether its group came back whole with equal returns (later draws win)."""
+    out: dict[int, bool] = {}
+    for g, task in enumerate(indices):
+        group = trajs[g * group_size : (g + 1) * group_size]
+        if all(t is not None for t in group):
+            returns = {t.total_reward for t in group if t is not None}
+            out[task] = len(returns) == 1
+    return out
 
 
 def step_seed(config: RLConfig, step: int) -> int:
@@ -507,12 +541,16 @@ def step_seed(config: RLConfig, step: int) -> int:
 # ---------------------------------------------------------------------------------------- checkpoints
 
 
-def save_checkpoint(path: Path, step: int, model: Any, value_head: Any, optimizer: Any) -> None:
-    """Atomically write what exact resume needs: trained tensors, value head, optimizer, step."""
+def save_checkpoint(
+    path: Path, step: int, model: Any, value_head: Any, optimizer: Any, flat: Mapping[int, bool] | None = None
+) -> None:
+    """Atomically write what exact resume needs: trained tensors, value head, optimizer, step, and the
+    'informative' sampler's record of flat tasks."""
     import io
 
     state = {
         "step": step,
+        "flat_tasks": dict(flat or {}),
         "model": trainable_state(model),
         "value_head": value_head.state_dict() if value_head is not None else None,
         "optimizer": optimizer.state_dict(),
@@ -522,8 +560,11 @@ def save_checkpoint(path: Path, step: int, model: Any, value_head: Any, optimize
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def load_checkpoint(path: Path, model: Any, value_head: Any, optimizer: Any) -> int:
-    """Restore a checkpoint written by :func:`save_checkpoint`; returns the last finished step."""
+def load_checkpoint(
+    path: Path, model: Any, value_head: Any, optimizer: Any, flat: dict[int, bool] | None = None
+) -> int:
+    """Restore a checkpoint written by :func:`save_checkpoint` (the flat-task record into ``flat``);
+    returns the last finished step."""
     from transferlab.coding_rl.policies.adapters import load_trainable_state
 
     state = torch.load(path, weights_only=True, map_location="cpu")  # copied onto the model's device
@@ -533,6 +574,8 @@ def load_checkpoint(path: Path, model: Any, value_head: Any, optimizer: Any) -> 
             raise ValueError(f"{path} has no value head; it was written by a GRPO run, not PPO")
         value_head.load_state_dict(state["value_head"])
     optimizer.load_state_dict(state["optimizer"])
+    if flat is not None:
+        flat.update({int(k): bool(v) for k, v in state.get("flat_tasks", {}).items()})
     return int(state["step"])
 
 
@@ -619,8 +662,9 @@ def train_rl(
     optimizer = torch.optim.AdamW(groups, lr=config.lr)
     start = 0
     ckpt = run_dir / CHECKPOINT_FILE
+    flat: dict[int, bool] = {}  # task index -> its last group was flat ('informative' sampling)
     if resume and ckpt.exists():
-        start = load_checkpoint(ckpt, model, value_head, optimizer) + 1
+        start = load_checkpoint(ckpt, model, value_head, optimizer, flat) + 1
         _log.info("resuming from %s after step %d", ckpt, start - 1)
     if resume:  # rows after the checkpoint (from step_offset on, without one) are logged again below
         drop_logged_after(logger, step_offset + start - 1)
@@ -633,8 +677,9 @@ def train_rl(
             t0 = time.perf_counter()
             # 1. rollouts in the workers, on the current weights
             rollouts.sync(model)
-            chosen = draw_tasks(tasks, config, step)
-            raw, lost = rollouts.collect(chosen, step_seed(config, step))
+            drawn = draw_task_indices(len(tasks), config, step, flat)
+            raw, lost = rollouts.collect([tasks[i] for i in drawn], step_seed(config, step))
+            flat.update(flat_groups(raw, drawn, config.group_size))
             t_roll = time.perf_counter()
             trajs = _complete_groups(raw, config.group_size)
             metrics = rollout_metrics(trajs, lost)
@@ -665,7 +710,7 @@ def train_rl(
             if (every and (step + 1) % every == 0) or step + 1 == end:
                 if logger is not None:  # metrics first: a kill between the two only repeats a tail
                     logger.flush()
-                save_checkpoint(ckpt, step, model, value_head, optimizer)
+                save_checkpoint(ckpt, step, model, value_head, optimizer, flat)
     finally:
         rollouts.close()
     return RLResult(model=model, value_head=value_head, history=history, start_step=start)
