@@ -26,8 +26,8 @@ test-fast: install
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check transferlab tests benchmarks
-	$(VENV)/bin/ruff format --check transferlab tests benchmarks
+	$(VENV)/bin/ruff check transferlab tests benchmarks scripts
+	$(VENV)/bin/ruff format --check transferlab tests benchmarks scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q tests/test_architecture.py
 

@@ -1,0 +1,126 @@
+"""Single-seed pilots of RL settings for agent-learn (code) and ops learn, from one shared SFT policy.
+
+A pilot trains the seed's SFT policy once (the experiment's own ``cpu`` preset and code, so it is the
+policy the full experiment trains for that seed), then one RL arm per variant from it, each scored on
+the experiment's held-out episodes. It is for choosing a recipe before paying for the 3-seed
+experiment; its single-seed numbers are not a result (docs/results/*/pilots.md say so next to them).
+
+    python scripts/rl_pilot.py code sft                       # prints the run directory
+    python scripts/rl_pilot.py code rl RUN_DIR informative    # one variant (run two at once on 2 cores)
+    python scripts/rl_pilot.py ops sft --eval
+    python scripts/rl_pilot.py ops rl RUN_DIR lr=1e-4 kl_coef=0.2
+
+A variant is ``name`` from VARIANTS or ``field=value`` pairs of RLConfig (``rl_tasks=all`` sets the
+experiment's field). Each writes ``RUN_DIR/pilot-<variant>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import torch
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "informative": {"task_sampling": "informative"},
+}
+TOP_LEVEL = {"rl_tasks"}
+
+
+def parse_variant(words: list[str]) -> tuple[str, dict[str, Any]]:
+    """A variant's name and its RLConfig (or experiment) changes."""
+    if len(words) == 1 and words[0] in VARIANTS:
+        return words[0], VARIANTS[words[0]]
+    changes: dict[str, Any] = {}
+    for word in words:
+        if "=" not in word:
+            raise SystemExit(f"error: variant {word!r} is neither one of {sorted(VARIANTS)} nor field=value")
+        key, raw = word.split("=", 1)
+        try:
+            changes[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[key] = raw
+    return ",".join(words), changes
+
+
+def domain_parts(domain: str, preset: str) -> tuple[str, Any, Any]:
+    """The experiment name, its preset (seed 0 only) and its Setup class."""
+    if domain == "code":
+        from transferlab.coding_rl.experiments.agent_learn import EXPERIMENT, Setup
+        from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
+
+        return EXPERIMENT, AGENT_LEARN_PRESETS[preset].model_copy(update={"seeds": [0]}), Setup
+    from transferlab.comparison import ops_learn
+
+    config = ops_learn.OPS_LEARN_PRESETS[preset].model_copy(update={"seeds": [0], "curve_every": 0})
+    return ops_learn.EXPERIMENT, config, ops_learn.Setup
+
+
+def score(domain: str, setup: Any, model: Any) -> dict[str, Any]:
+    """Held-out success (and the domain's diagnosis) of ``model``."""
+    if domain == "code":
+        r = setup.evaluate(model)
+        return {"held_out": mean(r["held_out"]), "diagnosis": r["diagnosis"]}
+    s = setup.scores(model)
+    return {"held_out": mean(s["held_out"]), "rubric": mean(s["rubric"]), "habits": s["habits"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("domain", choices=["code", "ops"])
+    parser.add_argument("phase", choices=["sft", "rl"])
+    parser.add_argument("rest", nargs="*", help="rl: RUN_DIR then the variant")
+    parser.add_argument("--root", type=Path, default=Path("runs/pilots"))
+    parser.add_argument("--preset", choices=["cpu", "smoke"], default="cpu")
+    parser.add_argument("--eval", action="store_true", help="sft: also score the SFT policy")
+    args = parser.parse_args()
+    from transferlab.coding_rl.experiments.common import open_experiment, opened_sandbox
+    from transferlab.coding_rl.trainers.rl import train_rl
+
+    name, preset, setup_cls = domain_parts(args.domain, args.preset)
+    torch.set_num_threads(preset.torch_threads)
+    resume = Path(args.rest[0]) if args.phase == "rl" else None
+    variant, changes = ("sft", {}) if args.phase == "sft" else parse_variant(args.rest[1:])
+    exp, config, _ = open_experiment(name, preset, args.root, resume, None, shared=True)
+    top = {k: v for k, v in changes.items() if k in TOP_LEVEL}
+    rl = config.rl.model_copy(update={"seed": 0, **{k: v for k, v in changes.items() if k not in TOP_LEVEL}})
+    config = config.model_copy(update={"rl": rl, **top})
+    try:
+        with opened_sandbox("forkserver") as sandbox:
+            setup = (
+                setup_cls(exp, config, sandbox, None)
+                if args.domain == "code"
+                else setup_cls(exp, config, None)
+            )
+            t0 = time.perf_counter()
+            model = setup.sft_policy(0)
+            out: dict[str, Any] = {"variant": variant, "changes": changes, "run_dir": str(exp.run.dir)}
+            if args.phase == "rl":
+                arm = f"pilot-{variant.replace('=', '-').replace(',', '_')}"
+                with exp.arm_logger(arm, resume=True) as logger:
+                    model = train_rl(
+                        copy.deepcopy(model),
+                        setup.tokenizer,
+                        setup.practice,
+                        rl,
+                        exp.arm_dir(arm),
+                        logger,
+                        resume=True,
+                    ).model
+            out["train_s"] = time.perf_counter() - t0
+            if args.phase == "rl" or args.eval:
+                out.update(score(args.domain, setup, model))
+            print(json.dumps(out), flush=True)
+            (exp.run.dir / f"pilot-{variant}.json").write_text(json.dumps(out, indent=1))
+    finally:
+        exp.run.release()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""scripts/rl_pilot.py: one SFT policy, then RL variants from it, each scored and written as JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rl_pilot.py"
+
+
+def pilot(*args: str, root: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--preset", "smoke", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["code", "ops"])
+def test_a_pilot_trains_one_sft_and_scores_variants_from_it(domain: str, tmp_path: Path) -> None:
+    sft = pilot(domain, "sft", "--eval", root=tmp_path)
+    run = Path(sft["run_dir"])
+    assert 0.0 <= sft["held_out"] <= 1.0
+    variant = pilot(domain, "rl", str(run), "task_sampling=informative", "lr=0.001", root=tmp_path)
+    assert variant["changes"] == {"task_sampling": "informative", "lr": 0.001}
+    assert 0.0 <= variant["held_out"] <= 1.0
+    saved = json.loads((run / "pilot-task_sampling=informative,lr=0.001.json").read_text())
+    assert saved["held_out"] == variant["held_out"]
+    assert (run / "arms" / "pilot-task_sampling-informative_lr-0.001" / "checkpoint.pt").exists()
+
+
+def test_an_unknown_variant_is_one_error_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "code", "rl", str(tmp_path), "fancy"], capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "variant 'fancy' is neither one of" in done.stderr
