@@ -143,6 +143,18 @@ def test_the_level_shift_moves_every_purchase() -> None:
         level_shift(0.0, 10.0)
 
 
+def test_infinite_offer_shrinkage_keeps_the_fitted_offer_response_and_moves_only_the_level(
+    sim: LearnedSimulator,
+) -> None:
+    observed = pd.DataFrame({"action_index": [ACTION, ACTION], "orders": [40.0, 60.0]})
+    predicted = pd.DataFrame({"action_index": [ACTION, ACTION], "orders": [10.0, 10.0]})
+    kept = calibrate(sim, observed, predicted, totals=(110.0, 100.0), shrinkage=float("inf"))
+    assert np.array_equal(kept.params.offer, sim.params.offer)
+    assert np.allclose(kept.params.base, sim.params.base + np.log(1.1))
+    moved = calibrate(sim, observed, predicted, totals=(110.0, 100.0), shrinkage=5.0)
+    assert not np.array_equal(moved.params.offer, sim.params.offer)  # 2 campaigns at 5x the prediction
+
+
 def test_calibrating_the_level_fixes_a_simulator_that_sells_too_much(sim: LearnedSimulator) -> None:
     from dataclasses import replace
 
@@ -195,6 +207,7 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
     for key in ("tau_before", "tau_after", "tau_ceiling", "profit_error_before", "profit_error_after"):
         assert isinstance(summary[key], float), key
     assert set(summary["tau_ci"]) == {"before", "after"}
+    assert summary["offer_shrinkage"] == 5.0 and "--offer-shrinkage" not in summary["command"]
     assert summary["command"].startswith("transferlab sim fidelity --simulator ")
     assert not set(summary["panels"]["calibration"]) & set(summary["panels"]["evaluation"])
     for name in (
@@ -212,3 +225,19 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
     bad = [*args[:7], str(other), *args[8:-3], "--policy", str(tmp_path), "--json"]
     refused = CliRunner().invoke(app, bad)
     assert refused.exit_code == 2 and "no policy.pt there" in refused.stderr and not other.exists()
+
+
+def test_a_negative_offer_shrinkage_is_refused(tmp_path: Path) -> None:
+    args = [
+        "sim",
+        "fidelity",
+        "--simulator",
+        str(tmp_path),
+        "--logs",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    res = CliRunner().invoke(app, [*args, "--offer-shrinkage", "-1"])
+    assert res.exit_code == 2 and "--offer-shrinkage" in res.output + res.stderr
+    assert not (tmp_path / "o").exists()

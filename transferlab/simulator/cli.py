@@ -383,6 +383,15 @@ def fidelity_command(
             show_default=False,
         ),
     ] = None,
+    offer_shrinkage: Annotated[
+        float,
+        typer.Option(
+            "--offer-shrinkage",
+            min=0,
+            help="Campaigns the simulator's own response to an action is worth against that action's "
+            "deployed campaigns when calibrating it; inf = calibrate only the shop-wide level and economics.",
+        ),
+    ] = 5.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Rank policies in the learned simulator and in the world, calibrate on one panel's deployment, and
@@ -410,6 +419,7 @@ def fidelity_command(
         f"transferlab sim fidelity --simulator {simulator} --logs {logs} --out {out} --episodes {episodes} "
         f"--deploy-episodes {deploy_episodes} --seed {seed}"
         + "".join(f" --policy {path}" for path in policy or [])
+        + (f" --offer-shrinkage {offer_shrinkage:g}" if offer_shrinkage != 5.0 else "")
     )
     summary = run_fidelity(
         sim,
@@ -421,6 +431,7 @@ def fidelity_command(
         progress=say,
         command=command,
         evaluation=evaluation,
+        offer_shrinkage=offer_shrinkage,
     )
     if as_json:
         print(json.dumps(summary))

@@ -20,6 +20,7 @@ with the command that made it, and the calibrated simulator under ``calibrated_s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -101,9 +102,14 @@ def run_fidelity(
     calibration: Mapping[str, Policy] | None = None,
     evaluation: Mapping[str, Policy] | None = None,
     command: str = "transferlab sim fidelity",
+    offer_shrinkage: float = 5.0,
 ) -> dict[str, Any]:
     """Compare, calibrate on one panel, compare again on both; write the report into ``out``; returns
-    the summary (the evaluation panel's figures are the out-of-sample ones)."""
+    the summary (the evaluation panel's figures are the out-of-sample ones).
+
+    ``offer_shrinkage`` is the pseudo-count of campaigns the simulator's own offer response is worth
+    against each action's deployed campaigns (:func:`calibration.offer_shifts`); ``inf`` leaves the
+    per-action response as fitted and calibrates only the shop-wide level and economics."""
     say = progress or (lambda _msg: None)
     out = Path(out)
     cal_panel = dict(calibration or policy_panel())
@@ -138,7 +144,14 @@ def run_fidelity(
     deployed = deployment_outcomes(
         sim, logs.manifest, cal_panel, episodes=deploy_episodes, seed=seed + 1000, episode=episode
     )
-    calibrated = calibrate(sim, deployed.observed, deployed.predicted, totals=deployed.totals, seed=seed)
+    calibrated = calibrate(
+        sim,
+        deployed.observed,
+        deployed.predicted,
+        totals=deployed.totals,
+        shrinkage=offer_shrinkage,
+        seed=seed,
+    )
     say("calibrating the economics: GMV and profit per episode of the same deployment")
     calibrated = calibrate_economics(
         calibrated,
@@ -169,6 +182,7 @@ def run_fidelity(
         "world_episodes_evaluation": 2 * episodes,
         "deploy_episodes": deploy_episodes,
         "calibration_campaigns": len(deployed.observed),
+        "offer_shrinkage": offer_shrinkage if math.isfinite(offer_shrinkage) else "inf",
         "calibration_level_shift": calibrated.report["calibration"][-1]["level_shift"],
         "calibration_spend_shift": calibrated.report["calibration"][-1]["spend_shift"],
         "calibration_cost_factor": calibrated.report["calibration"][-1]["cost_factor"],
