@@ -64,8 +64,12 @@ def _per_action(df: pd.DataFrame, what: str) -> pd.DataFrame:
     return df.groupby("action_index")["orders"].agg(["sum", "count", "mean"])
 
 
+OFFER_SHRINKAGE = 5.0
+"""The default pseudo-count of campaigns the simulator's own response to an action is worth."""
+
+
 def offer_shifts(
-    observed: pd.DataFrame, predicted: pd.DataFrame, shrinkage: float = 5.0, level: float = 0.0
+    observed: pd.DataFrame, predicted: pd.DataFrame, shrinkage: float = OFFER_SHRINKAGE, level: float = 0.0
 ) -> np.ndarray:
     """Log-odds shift per catalog action (len(CATALOG),), from observed vs predicted campaign orders.
 
@@ -218,7 +222,7 @@ def calibrate(
     predicted: pd.DataFrame | None = None,
     *,
     totals: tuple[float, float] | None = None,
-    shrinkage: float = 5.0,
+    shrinkage: float = OFFER_SHRINKAGE,
     seed: int = 0,
 ) -> LearnedSimulator:
     """A new simulator whose purchase level and offer response match what came back from the world.

@@ -384,14 +384,15 @@ def fidelity_command(
         ),
     ] = None,
     offer_shrinkage: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--offer-shrinkage",
             min=0,
             help="Campaigns the simulator's own response to an action is worth against that action's "
-            "deployed campaigns when calibrating it; inf = calibrate only the shop-wide level and economics.",
+            "deployed campaigns when calibrating it (default: calibration.OFFER_SHRINKAGE, 5); inf = "
+            "calibrate only the shop-wide level and economics.",
         ),
-    ] = 5.0,
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Rank policies in the learned simulator and in the world, calibrate on one panel's deployment, and
@@ -419,7 +420,7 @@ def fidelity_command(
         f"transferlab sim fidelity --simulator {simulator} --logs {logs} --out {out} --episodes {episodes} "
         f"--deploy-episodes {deploy_episodes} --seed {seed}"
         + "".join(f" --policy {path}" for path in policy or [])
-        + (f" --offer-shrinkage {offer_shrinkage:g}" if offer_shrinkage != 5.0 else "")
+        + (f" --offer-shrinkage {offer_shrinkage:g}" if offer_shrinkage is not None else "")
     )
     summary = run_fidelity(
         sim,

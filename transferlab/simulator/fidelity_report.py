@@ -30,7 +30,12 @@ from matplotlib.figure import Figure
 
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Report
-from transferlab.simulator.calibration import calibrate, calibrate_economics, deployment_outcomes
+from transferlab.simulator.calibration import (
+    OFFER_SHRINKAGE,
+    calibrate,
+    calibrate_economics,
+    deployment_outcomes,
+)
 from transferlab.simulator.envs.campaign import EpisodeConfig
 from transferlab.simulator.fidelity import (
     ERROR_KEYS,
@@ -102,16 +107,18 @@ def run_fidelity(
     calibration: Mapping[str, Policy] | None = None,
     evaluation: Mapping[str, Policy] | None = None,
     command: str = "transferlab sim fidelity",
-    offer_shrinkage: float = 5.0,
+    offer_shrinkage: float | None = None,
 ) -> dict[str, Any]:
     """Compare, calibrate on one panel, compare again on both; write the report into ``out``; returns
     the summary (the evaluation panel's figures are the out-of-sample ones).
 
-    ``offer_shrinkage`` is the pseudo-count of campaigns the simulator's own offer response is worth
-    against each action's deployed campaigns (:func:`calibration.offer_shifts`); ``inf`` leaves the
-    per-action response as fitted and calibrates only the shop-wide level and economics."""
+    ``offer_shrinkage`` (None = ``calibration.OFFER_SHRINKAGE``) is the pseudo-count of campaigns the
+    simulator's own offer response is worth against each action's deployed campaigns
+    (:func:`calibration.offer_shifts`); ``inf`` leaves the per-action response as fitted and
+    calibrates only the shop-wide level and economics."""
     say = progress or (lambda _msg: None)
     out = Path(out)
+    shrinkage = OFFER_SHRINKAGE if offer_shrinkage is None else offer_shrinkage
     cal_panel = dict(calibration or policy_panel())
     eval_panel = dict(evaluation or evaluation_panel())
     check_disjoint(cal_panel, eval_panel)
@@ -149,7 +156,7 @@ def run_fidelity(
         deployed.observed,
         deployed.predicted,
         totals=deployed.totals,
-        shrinkage=offer_shrinkage,
+        shrinkage=shrinkage,
         seed=seed,
     )
     say("calibrating the economics: GMV and profit per episode of the same deployment")
@@ -182,7 +189,7 @@ def run_fidelity(
         "world_episodes_evaluation": 2 * episodes,
         "deploy_episodes": deploy_episodes,
         "calibration_campaigns": len(deployed.observed),
-        "offer_shrinkage": offer_shrinkage if math.isfinite(offer_shrinkage) else "inf",
+        "offer_shrinkage": shrinkage if math.isfinite(shrinkage) else "inf",
         "calibration_level_shift": calibrated.report["calibration"][-1]["level_shift"],
         "calibration_spend_shift": calibrated.report["calibration"][-1]["spend_shift"],
         "calibration_cost_factor": calibrated.report["calibration"][-1]["cost_factor"],
