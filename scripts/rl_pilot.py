@@ -3,7 +3,8 @@
 A pilot trains the seed's SFT policy once (the experiment's own ``cpu`` preset and code, so it is the
 policy the full experiment trains for that seed), then one RL arm per variant from it, each scored on
 the experiment's held-out episodes. It is for choosing a recipe before paying for the 3-seed
-experiment; its single-seed numbers are not a result (docs/results/*/pilots.md say so next to them).
+experiment; its single-seed numbers are not a result: they go in docs/pilots/, while docs/results/
+holds figures from result.json with seed-clustered intervals.
 
     python scripts/rl_pilot.py code sft                       # prints the run directory
     python scripts/rl_pilot.py code rl RUN_DIR informative    # one variant (run two at once on 2 cores)
