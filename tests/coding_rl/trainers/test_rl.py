@@ -22,7 +22,6 @@ from transferlab.coding_rl.trainers.rl import (
     _complete_groups,
     build_batch,
     draw_task_indices,
-    draw_tasks,
     episode_context,
     flat_groups,
     load_checkpoint,
@@ -200,6 +199,11 @@ def test_build_batch_masks_the_policy_tokens_unless_asked_not_to() -> None:
     ablation = build_batch([one, two], pad_id=0, mask_observations=False)
     assert ablation.loss_mask.int().tolist() == [[0, 1, 1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 1]]
     assert torch.equal(ablation.input_ids, batch.input_ids)
+
+
+def draw_tasks(tasks: list[Any], config: RLConfig, step: int) -> list[Any]:
+    """The tasks a uniform draw picks (no record of flat tasks)."""
+    return [tasks[i] for i in draw_task_indices(len(tasks), config, step, {})]
 
 
 def test_draw_tasks_and_step_seed_depend_on_seed_and_step_only(tasks: list[CodeTask]) -> None:

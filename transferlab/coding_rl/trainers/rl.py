@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field
@@ -77,7 +77,6 @@ if TYPE_CHECKING:
     from transferlab.platform.agent_env import Task
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -503,14 +502,10 @@ def rollout_metrics(trajs: list[Trajectory], lost: int) -> dict[str, float]:
     return metrics
 
 
-def draw_tasks(tasks: Sequence[T], config: RLConfig, step: int) -> list[T]:
-    """The iteration's tasks, a function of (seed, step) only: a resumed run draws the same ones."""
-    return [tasks[i] for i in draw_task_indices(len(tasks), config, step, {})]
-
-
 def draw_task_indices(n: int, config: RLConfig, step: int, flat: Mapping[int, bool]) -> list[int]:
-    """Indices of the iteration's tasks among ``n``: uniform, a function of (seed, step) only; or
-    'informative', weighting a task whose last group was flat (``flat[i]``) by ``flat_task_weight``."""
+    """Indices of the iteration's tasks among ``n``: uniform, a function of (seed, step) only (a resumed
+    run draws the same ones); or 'informative', weighting a task whose last group was flat
+    (``flat[i]``, restored from the checkpoint on resume) by ``flat_task_weight``."""
     rng = random.Random(config.seed * 1_000_003 + step)
     if config.task_sampling == "uniform" or not any(flat.values()):
         return [rng.randrange(n) for _ in range(config.tasks_per_step)]
@@ -679,7 +674,8 @@ def train_rl(
             rollouts.sync(model)
             drawn = draw_task_indices(len(tasks), config, step, flat)
             raw, lost = rollouts.collect([tasks[i] for i in drawn], step_seed(config, step))
-            flat.update(flat_groups(raw, drawn, config.group_size))
+            if config.task_sampling == "informative":
+                flat.update(flat_groups(raw, drawn, config.group_size))
             t_roll = time.perf_counter()
             trajs = _complete_groups(raw, config.group_size)
             metrics = rollout_metrics(trajs, lost)
