@@ -168,6 +168,28 @@ def test_forward_policy_logprobs_match_teacher_forcing_on_a_padded_batch(tok: An
     assert out.values is None
 
 
+def test_forward_policy_at_a_temperature_gives_the_tempered_log_probs_and_entropy(tok: Any) -> None:
+    """log softmax(z / T) by hand: a sharper distribution (lower entropy) below T=1."""
+    model = TINY.create(tok)
+    _train_a_little(model, tok)
+    ids, attention = padded_batch(tok)
+    with torch.no_grad():
+        hot = forward_policy(model, ids, attention, temperature=0.5)
+        plain = forward_policy(model, ids, attention)
+        positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits
+        logits = logits[:, :-1].float() / 0.5
+    by_hand = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    probs = torch.softmax(logits, -1)
+    entropy = -(probs * torch.log_softmax(logits, -1)).sum(-1)
+    real = attention.bool()[:, 1:]
+    assert torch.allclose(hot.logprobs[:, 1:][real], by_hand[real], atol=1e-4)
+    assert torch.allclose(hot.entropy[:, 1:][real], entropy[real], atol=1e-4)
+    assert hot.entropy[:, 1:][real].mean() < plain.entropy[:, 1:][real].mean()
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        forward_policy(model, ids, attention, temperature=0.0)
+
+
 def test_logprobs_keep_their_gradient(tok: Any) -> None:
     model = TINY.create(tok)
     ids, attention = padded_batch(tok)

@@ -119,6 +119,26 @@ def test_grpo_step_changes_the_policy_and_logs_a_finite_kl(
     assert (tmp_path / "policy-base" / "config.json").exists() and (tmp_path / CHECKPOINT_FILE).exists()
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_a_tempered_loss_changes_the_step_only_when_the_temperature_is_not_one(
+    tok: Any, tasks: list[CodeTask], sft_state: dict[str, torch.Tensor], tmp_path: Path, temperature: float
+) -> None:
+    """'sampling' takes the loss's log-probs at the sampling temperature: same episodes (the rollout is
+    unchanged), the same step as 'one' at T=1, another step below it; the first pass's ratio is 1."""
+    results = {}
+    for mode in ("one", "sampling"):
+        model = new_policy(tok, sft_state)
+        config = rl_config(temperature=temperature, loss_temperature=mode, kl_coef=0.1)
+        result = train_rl(model, tok, tasks, config, tmp_path / mode)
+        [metrics] = result.history
+        assert metrics["kl/ref"] == pytest.approx(0.0, abs=1e-6)  # one epoch: still the reference
+        results[mode] = (metrics["rollout/return"], trainable_state(result.model))
+    (ret_a, state_a), (ret_b, state_b) = results["one"], results["sampling"]
+    assert ret_a == ret_b
+    same = all(torch.equal(state_a[n], state_b[n]) for n in state_a)
+    assert same == (temperature == 1.0)
+
+
 def test_ppo_step_trains_a_value_head_and_the_policy(
     policy: Any, tok: Any, tasks: list[CodeTask], tmp_path: Path
 ) -> None:

@@ -167,11 +167,13 @@ def forward_policy(
     attention_mask: torch.Tensor,
     value_head: Any = None,
     detach_value: bool = False,
+    temperature: float = 1.0,
 ) -> PolicyOutputs:
     """One teacher-forced forward pass: token log-probs, entropies and (optionally) values.
 
     With ``detach_value`` the value head reads detached hidden states: the value loss trains only the
-    head, never the policy's weights.
+    head, never the policy's weights. ``temperature`` divides the logits first: the log-probs and
+    entropies are then those of the tempered distribution the rollout sampled from (no top-k/top-p).
     """
     import torch
 
@@ -183,7 +185,11 @@ def forward_policy(
         use_cache=False,
         output_hidden_states=value_head is not None,
     )
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
     logits = out.logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)
     picked = logits.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logz
     probs = torch.softmax(logits, dim=-1)

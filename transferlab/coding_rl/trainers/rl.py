@@ -140,6 +140,12 @@ class RLConfig(BaseConfig):
         "on prompt and tool-observation tokens too (the masking ablation).",
     )
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    loss_temperature: Literal["one", "sampling"] = Field(
+        default="one",
+        description="The distribution the loss's log-probs (ratio, KL, entropy) are taken from: 'one', "
+        "the untempered policy; or 'sampling', the logits divided by `temperature`, the distribution "
+        "the episodes were drawn from (as TRL's GRPO does). They differ only when temperature != 1.",
+    )
     max_new_tokens: int = Field(default=24, ge=1, description="Tokens per completion (per turn for agents).")
     max_context: int = Field(default=1024, ge=16, description="Agent: context limit of an episode.")
     rewards: Literal["dense", "sparse"] = Field(default="dense", description="Agent: reward table.")
@@ -372,16 +378,26 @@ def _grpo_advantages(batch: StepBatch, config: RLConfig) -> tuple[torch.Tensor, 
     return adv.advantages, weights, float(adv.frac_zero_std)
 
 
-def _ref_logprobs(reference: Any, batch: StepBatch) -> torch.Tensor | None:
+def loss_temperature(config: RLConfig) -> float:
+    """The temperature the loss's log-probs are taken at (1 unless ``loss_temperature='sampling'``)."""
+    return config.temperature if config.loss_temperature == "sampling" else 1.0
+
+
+def _ref_logprobs(reference: Any, batch: StepBatch, temperature: float = 1.0) -> torch.Tensor | None:
     if reference is None:
         return None
     with torch.no_grad():
-        return forward_policy(reference, batch.input_ids, batch.attention_mask).logprobs
+        return forward_policy(
+            reference, batch.input_ids, batch.attention_mask, temperature=temperature
+        ).logprobs
 
 
 def _old_logprobs(current: torch.Tensor, batch: StepBatch, config: RLConfig) -> torch.Tensor:
     """Sampling log-probs on action tokens; where the mask also covers other tokens (ablation), the
-    current policy's own log-probs ``current`` (ratio 1 on the first epoch)."""
+    current policy's own log-probs ``current`` (ratio 1 on the first epoch). The rollout records
+    untempered log-probs, so with a tempered loss the first epoch's own (same weights) are used."""
+    if loss_temperature(config) != 1.0:
+        return current.detach()
     if config.mask_observations:
         return batch.old_logprobs
     return torch.where(batch.logprob_mask, batch.old_logprobs, current.detach())
@@ -397,7 +413,8 @@ def update(
 ) -> dict[str, float]:
     """The optimizer passes of one iteration (GRPO or PPO); returns the update's metrics."""
     mask = batch.loss_mask
-    ref_logp = _ref_logprobs(reference, batch)
+    temp = loss_temperature(config)
+    ref_logp = _ref_logprobs(reference, batch, temp)
     metrics: dict[str, float] = {}
     params = [p for p in model.parameters() if p.requires_grad]
     value_params = list(value_head.parameters()) if value_head is not None else []
@@ -409,7 +426,7 @@ def update(
             return metrics
     model.train()
     # the first epoch's forward pass also gives the rollout-time values and log-probs (same weights)
-    out = forward_policy(model, batch.input_ids, batch.attention_mask, value_head, config.detach_value)
+    out = forward_policy(model, batch.input_ids, batch.attention_mask, value_head, config.detach_value, temp)
     old_logp = _old_logprobs(out.logprobs, batch, config)
     if config.algo == "ppo":
         assert out.values is not None
@@ -419,7 +436,7 @@ def update(
     for epoch in range(config.epochs):
         if epoch > 0:
             out = forward_policy(
-                model, batch.input_ids, batch.attention_mask, value_head, config.detach_value
+                model, batch.input_ids, batch.attention_mask, value_head, config.detach_value, temp
             )
         if config.algo == "grpo":
             terms: Any = grpo_loss(
