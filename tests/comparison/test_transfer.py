@@ -61,6 +61,18 @@ def test_coding_habits_by_hand() -> None:
     }
 
 
+def test_habits_when_writing_count_only_the_episodes_that_changed_a_file() -> None:
+    episodes = [_episode(READ, EDIT, TEST, SUBMIT), _episode(READ, TEST, SUBMIT), _episode(EDIT, SUBMIT)]
+    assert tr.wrote(episodes[0]) and not tr.wrote(episodes[1])
+    # of all three: 1/3 each; of the two that wrote: 1/2 each; two of three wrote
+    assert tr.habits_when_writing(episodes) == {
+        "wrote": pytest.approx(2 / 3),
+        "read_before_write": 0.5,
+        "test_after_modify": 0.5,
+    }
+    assert tr.habits_when_writing([episodes[1]]) == {"wrote": 0.0}
+
+
 def _point(stage: str, episodes: float, per_episode: list[float]) -> dict:
     habits = {"query_before_concluding": per_episode, "check_before_reporting": [0.0] * len(per_episode)}
     return {
@@ -114,6 +126,37 @@ def test_summary_counts_episodes_to_threshold_by_hand() -> None:
     assert summary["coding"]["habits"] == {"read_before_write": 1.0, "test_after_modify": 0.5}
 
 
+def test_result_compares_the_arms_per_seed_and_scenario_by_hand() -> None:
+    """Two seeds, two scenarios x 2 episodes: the per-scenario means, the arms and transfer - scratch."""
+    ops = tr.transfer_test_config().ops.model_copy(update={"eval_episodes": 2})
+    config = tr.TransferConfig(seeds=[0, 1], ops=ops)
+    results = {}
+    for s in (0, 1):
+        results[f"coding-seed{s}"] = {
+            "held_out": [1.0, 0.0],
+            "habits": {"read_before_write": 0.5, "test_after_modify": 0.5},
+            "habits_when_writing": {"wrote": 0.5, "read_before_write": 1.0, "test_after_modify": 1.0},
+        }
+        results[f"transfer-seed{s}"] = {
+            "curve": [_point("sft", 0, [1, 1, 0, 0]), _point("rl", 8, [1, 1, 1, 0])]
+        }
+        results[f"scratch-seed{s}"] = {
+            "curve": [_point("sft", 0, [1, 0, 0, 0]), _point("rl", 8, [1, 0, 0, 0])]
+        }
+    result = tr.build_result(config, results, "transferlab ops experiment transfer --preset smoke")
+    assert set(result.arms) == {"transfer", "scratch", "transfer_sft", "scratch_sft"}
+    assert result.arms["transfer"].held_out_success.estimate == pytest.approx(0.75)
+    assert result.arms["scratch_sft"].held_out_success.estimate == pytest.approx(0.25)
+    assert result.arms["transfer"].n_episodes == 8
+    by_name = {(c.name, c.cluster): c for c in result.comparisons}
+    end = by_name[("transfer - scratch", "seed")]
+    assert end.estimate == pytest.approx(0.5) and end.n_clusters == 2
+    assert by_name[("transfer - scratch", "seed+task")].n_clusters == 4
+    assert by_name[("transfer - scratch after sft", "seed")].estimate == pytest.approx(0.25)
+    source = result.settings["source"]
+    assert source["held_out_success"] == 0.5 and source["habits_when_writing"]["read_before_write"] == 1.0
+
+
 def test_flat_group_share_reads_the_trainers_metric(tmp_path: Path) -> None:
     import pandas as pd
 
@@ -156,6 +199,16 @@ def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
     assert (tmp_path / "report" / "report.html").exists()
     assert json.loads((tmp_path / "report" / "summary.json").read_text())["arms"].keys() == set(tr.ARMS)
     assert (tmp_path / "report" / "figures" / "success_curves.png").exists()
+    from transferlab.platform.results import read_result
+
+    result = read_result(tmp_path / "report" / "result.json")
+    assert result.experiment == "transfer" and result.seeds == [0, 1]
+    assert (
+        result.command
+        == "transferlab ops experiment transfer --preset cpu  # with changed settings (config.json)"
+    )
+    assert {c.cluster for c in result.comparisons} == {"seed", "seed+task"}
+    assert "MDE" in md and "changed a file in" in md
 
 
 def test_resuming_a_transfer_run_another_process_owns_is_one_error_line(

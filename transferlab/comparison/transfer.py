@@ -50,17 +50,24 @@ from pydantic import Field
 from rich.console import Console
 
 from transferlab.coding_rl.experiments.common import (
+    HeldOut,
     ModelChoice,
     StartModel,
+    compare,
+    comparison_rows,
     fit_context,
+    mean,
     model_record,
     open_experiment,
     opened_sandbox,
+    seed_estimate,
+    write_results,
 )
 from transferlab.coding_rl.policies.model import save_policy
 from transferlab.coding_rl.tasks.toy import OPERATIONS
 from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
+from transferlab.comparison.ops_learn import per_task
 from transferlab.comparison.ops_training import (
     OpsTrainingConfig,
     PrefixLogger,
@@ -73,6 +80,7 @@ from transferlab.comparison.ops_training import (
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
+from transferlab.platform.results import Arm, Comparison, Result
 from transferlab.platform.stats import Interval, bootstrap_ci, bootstrap_diff_ci, first_crossing
 from transferlab.platform.trajectory import Trajectory
 
@@ -107,12 +115,20 @@ class CodingPretrainConfig(BaseConfig):
     backend: str = Field(default="forkserver", description="Sandbox backend.")
 
 
+def _transfer_ops() -> OpsTrainingConfig:
+    """The ops budget of the CPU preset: ops training's defaults, scored on 60 held-out scenarios (the
+    ops-learn experiment's held-out split, 120 episodes per arm and seed) so that a 10-point difference
+    is within reach of the (seed, scenario)-clustered interval; held-out points after SFT, after 10 GRPO
+    steps and at the end."""
+    return OpsTrainingConfig(held_out_tasks=60, eval_every=10)
+
+
 class TransferConfig(ModelChoice):
     """The transfer experiment (the CPU preset is the default)."""
 
     seeds: list[int] = Field(default=[0, 1, 2], min_length=1, description="One A/B pair per seed.")
     ops: OpsTrainingConfig = Field(
-        default_factory=OpsTrainingConfig, description="The ops budget, identical for both arms."
+        default_factory=_transfer_ops, description="The ops budget, identical for both arms."
     )
     coding: CodingPretrainConfig = Field(
         default_factory=CodingPretrainConfig, description="Arm A's coding stage."
@@ -190,6 +206,33 @@ def habit_shares(trajs: Sequence[Trajectory]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / n for k in ("read_before_write", "test_after_modify")}
 
 
+def wrote(traj: Trajectory) -> bool:
+    """Whether the episode changed a file (a write or edit the env answered with ``wrote``)."""
+    for step in traj.steps:
+        try:
+            call = json.loads(step.action_text)
+        except json.JSONDecodeError:
+            continue
+        if (
+            isinstance(call, dict)
+            and call.get("action") in ("write_file", "edit_file")
+            and step.observation_text.startswith("wrote")
+        ):
+            return True
+    return False
+
+
+def habits_when_writing(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """The habits among the episodes that changed a file (the habit is what the policy does when it
+    writes: read that file first, test after its last change), and the share of episodes that wrote.
+    A policy that writes in 30% of its episodes and always reads first has 30% and 100% here."""
+    writing = [t for t in trajs if wrote(t)]
+    out = {"wrote": len(writing) / max(len(trajs), 1)}
+    if writing:
+        out.update(habit_shares(writing))
+    return out
+
+
 # ------------------------------------------------------------------------------------------- arms
 
 
@@ -233,6 +276,7 @@ def coding_arm(
     return {
         "held_out": [float(bool(t.steps[-1].info.get("success"))) for t in trajs],
         "habits": habit_shares(trajs),
+        "habits_when_writing": habits_when_writing(trajs),
         "train_success": [h.get("rollout/success_rate", float("nan")) for h in result.history],
         "policy": str(exp.arm_dir(arm) / "policy"),
     }
@@ -311,8 +355,12 @@ def run_transfer(
         summary = summarise(config, results, exp.elapsed_s(), flat)
         summary["run_dir"] = str(exp.run.dir)
         summary["model"] = model_record(config.ops.policy, start)
+        result = build_result(config, results, transfer_command(config, report_dir))
+        summary["verdicts"] = {c.name: c.sentence() for c in result.comparisons if c.cluster == "seed"}
         exp.run.write_artifact_json("summary.json", summary)
-        exp.write_report(transfer_report(config, results, summary, exp.run.dir, start), report_dir)
+        write_results(exp, result, report_dir)
+        report = transfer_report(config, results, summary, exp.run.dir, start, result)
+        exp.write_report(report, report_dir)
         if report_dir is not None:  # `transferlab compare` reads the committed summary
             atomic_write_json(Path(report_dir) / "summary.json", summary)
     return summary
@@ -432,6 +480,89 @@ def summarise(
     return out
 
 
+# ------------------------------------------------------------------------------------------ result
+
+RESULT_STAGES = {"sft": "after ops SFT", "end": "after ops GRPO"}
+"""The held-out points result.json compares the arms at (``end`` is the last point of the curve)."""
+
+
+def _held(config: TransferConfig, results: dict[str, dict[str, Any]], arm: str, stage: str) -> HeldOut:
+    """One arm's held-out success at ``stage``: one value per (seed, scenario), the episodes averaged."""
+    values: list[float] = []
+    seeds: list[int] = []
+    pairs: list[tuple[int, int]] = []
+    for s in config.seeds:
+        point = _stage_point(results[f"{arm}-seed{s}"]["curve"], stage)
+        if point is None:
+            raise ValueError(f"{arm} seed {s} has no held-out point at stage {stage!r}")
+        per_scenario = per_task(point["per_episode"], config.ops.eval_episodes)
+        values += per_scenario
+        seeds += [s] * len(per_scenario)
+        pairs += [(s, i) for i in range(len(per_scenario))]
+    return HeldOut(values, seeds, pairs)
+
+
+def _source(config: TransferConfig, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Arm A's coding policies: held-out coding success, the habits over all episodes and among the
+    episodes that wrote a file (mean over seeds)."""
+    rows = [results[f"coding-seed{s}"] for s in config.seeds]
+    when = [r["habits_when_writing"] for r in rows if "habits_when_writing" in r]
+    keys = sorted({k for w in when for k in w})
+    return {
+        "held_out_success": mean([v for r in rows for v in r["held_out"]]),
+        "per_seed": [mean(r["held_out"]) for r in rows],
+        "habits": {k: mean([r["habits"][k] for r in rows]) for k in rows[0]["habits"]},
+        "habits_when_writing": {k: mean([w[k] for w in when if k in w]) for k in keys},
+    }
+
+
+def build_result(config: TransferConfig, results: dict[str, dict[str, Any]], command: str) -> Result:
+    """Both arms' held-out success after ops SFT (``*_sft``) and at the end, with intervals clustered by
+    seed; ``transfer - scratch`` at each, paired on the same seeds and scenarios, clustered by seed
+    (primary) and by (seed, scenario), each with its MDE; the coding source in the settings."""
+    arms: dict[str, Arm] = {}
+    comparisons: list[Comparison] = []
+    for stage, words in RESULT_STAGES.items():
+        data = {arm: _held(config, results, arm, stage) for arm in ARMS}
+        for arm, d in data.items():
+            points = [_stage_point(results[f"{arm}-seed{s}"]["curve"], stage) or {} for s in config.seeds]
+            arms[arm if stage == "end" else f"{arm}_sft"] = Arm.model_validate(
+                {
+                    "held_out_success": seed_estimate(d),
+                    "n_episodes": len(d.values) * config.ops.eval_episodes,
+                    "stage": words,
+                    "per_seed": [p["success"] for p in points],
+                    "rubric": mean([p["rubric"] for p in points]),
+                    "habits": {k: mean([p["habits"][k] for p in points]) for k in points[0]["habits"]},
+                }
+            )
+        name = "transfer - scratch" if stage == "end" else "transfer - scratch after sft"
+        comparisons += compare(name, data["scratch"], data["transfer"], ("seed", "seed+task"))
+    settings = config.model_dump(mode="json")
+    settings["source"] = _source(config, results)
+    return Result(
+        experiment="transfer",
+        command=command,
+        seeds=list(config.seeds),
+        settings=settings,
+        arms=arms,
+        comparisons=comparisons,
+    )
+
+
+def transfer_command(config: TransferConfig, report_dir: Path | None) -> str:
+    """The ``transferlab ops experiment transfer`` line that makes this result (a preset's name when the
+    settings are a preset's, else a note that they are not)."""
+    preset = next((name for name in ("cpu", "smoke") if PRESETS[name]() == config), None)
+    words = ["transferlab ops experiment transfer"]
+    words.append(f"--preset {preset}" if preset else "--preset cpu  # with changed settings (config.json)")
+    if config.model_path is not None:
+        words.insert(1, f"--model {config.model_path}")
+    if report_dir is not None and preset:
+        words.append(f"--report-dir {report_dir}")
+    return " ".join(words)
+
+
 # ----------------------------------------------------------------------------------------- report
 
 
@@ -470,10 +601,14 @@ def transfer_report(
     summary: dict[str, Any],
     run_dir: Path,
     start: StartModel | None = None,
+    result: Result | None = None,
 ) -> Report:
-    """The Markdown + HTML report: curves, episodes to the threshold, habits, settings."""
+    """The Markdown + HTML report: the clustered comparisons (from ``result``), curves, episodes to the
+    threshold, habits, settings."""
     arms = summary["arms"]
     report = Report("Transfer from coding to ops analysis: coding-pretrained vs from scratch")
+    if result is not None:
+        _result_section(report, result)
 
     def stage(arm: str, name: str) -> str:
         st = arms[arm]["stages"].get(name)
@@ -499,10 +634,17 @@ def transfer_report(
         + "."
     )
     coding = summary["coding"]
+    when = result.settings["source"]["habits_when_writing"] if result is not None else {}
     report.paragraph(
         "Arm A's coding policy: held-out CodeRepair-v0 success "
         f"{_interval(coding['held_out']).format('.2f')}; "
         + ", ".join(f"{k.replace('_', ' ')} in {v:.0%} of its episodes" for k, v in coding["habits"].items())
+        + (
+            f"; it changed a file in {when['wrote']:.0%} of its episodes, and of those it "
+            + ", ".join(f"{k.replace('_', ' ')} in {when[k]:.0%}" for k in coding["habits"] if k in when)
+            if "wrote" in when
+            else ""
+        )
         + "."
     )
     report.heading("Workflow habits")
@@ -538,6 +680,31 @@ def transfer_report(
     )
     _settings(report, config, summary, run_dir, start)
     return report
+
+
+def _result_section(report: Report, result: Result) -> None:
+    """The arms' held-out success with seed-clustered intervals and the comparisons with their MDE."""
+    rows = [
+        {
+            "arm": name,
+            "stage": arm.model_extra.get("stage", "") if arm.model_extra else "",
+            "held-out success": f"{arm.held_out_success.estimate:.3f} "
+            f"[{arm.held_out_success.ci[0]:.3f}, {arm.held_out_success.ci[1]:.3f}]",
+            "held-out episodes": arm.n_episodes,
+        }
+        for name, arm in result.arms.items()
+    ]
+    report.table(rows)
+    report.bullets([c.sentence() for c in result.comparisons if c.cluster == "seed"])
+    report.heading("Comparisons")
+    report.paragraph(
+        "transfer - scratch on held-out success, paired on the same seeds and held-out scenarios; 95% "
+        "two-stage bootstrap intervals clustered by seed (primary) and by (seed, scenario); MDE = the "
+        "smallest true difference the interval's width would detect with 80% power. A difference whose "
+        "interval includes zero is 'pipeline ran, no detectable change'; it is a powered null only where "
+        "the MDE is at most the effect that matters (10 points). Every figure is in result.json."
+    )
+    report.table(comparison_rows(result))
 
 
 def _settings(
