@@ -9,6 +9,7 @@ holds figures from result.json with seed-clustered intervals.
     python scripts/rl_pilot.py code sft                       # prints the run directory
     python scripts/rl_pilot.py code rl RUN_DIR informative    # one variant (run two at once on 2 cores)
     python scripts/rl_pilot.py ops sft --eval
+    python scripts/rl_pilot.py ops sft lr=1e-3 --seed 2 --eval   # SFTConfig changes, another seed
     python scripts/rl_pilot.py ops rl RUN_DIR lr=1e-4 kl_coef=0.2
 
 A variant is ``name`` from VARIANTS or ``field=value`` pairs of RLConfig (``rl_tasks=all`` sets the
@@ -76,7 +77,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("domain", choices=["code", "ops"])
     parser.add_argument("phase", choices=["sft", "rl"])
-    parser.add_argument("rest", nargs="*", help="rl: RUN_DIR then the variant")
+    parser.add_argument(
+        "rest", nargs="*", help="rl: RUN_DIR then the variant; sft: SFTConfig changes as field=value"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="The seed of the SFT policy (and RL arm).")
     parser.add_argument("--root", type=Path, default=Path("runs/pilots"))
     parser.add_argument("--preset", choices=["cpu", "smoke"], default="cpu")
     parser.add_argument("--eval", action="store_true", help="sft: also score the SFT policy")
@@ -87,10 +91,21 @@ def main() -> None:
     name, preset, setup_cls = domain_parts(args.domain, args.preset)
     torch.set_num_threads(preset.torch_threads)
     resume = Path(args.rest[0]) if args.phase == "rl" else None
-    variant, changes = ("sft", {}) if args.phase == "sft" else parse_variant(args.rest[1:])
+    seed = args.seed
+    if args.phase == "sft":
+        variant, sft_changes = parse_variant(args.rest) if args.rest else ("sft", {})
+        changes: dict[str, Any] = {}
+        shown = sft_changes
+        sft = type(preset.sft).model_validate({**preset.sft.model_dump(), **sft_changes})
+        preset = preset.model_copy(update={"seeds": [seed], "sft": sft})
+    else:
+        variant, changes = parse_variant(args.rest[1:])
+        shown = changes
+        preset = preset.model_copy(update={"seeds": [seed]})
     exp, config, _ = open_experiment(name, preset, args.root, resume, None, shared=True)
     top = {k: v for k, v in changes.items() if k in TOP_LEVEL}
-    rl = config.rl.model_copy(update={"seed": 0, **{k: v for k, v in changes.items() if k not in TOP_LEVEL}})
+    rl_changes = {k: v for k, v in changes.items() if k not in TOP_LEVEL}
+    rl = type(config.rl).model_validate({**config.rl.model_dump(), "seed": seed, **rl_changes})
     config = config.model_copy(update={"rl": rl, **top})
     try:
         with opened_sandbox("forkserver") as sandbox:
@@ -100,8 +115,13 @@ def main() -> None:
                 else setup_cls(exp, config, None)
             )
             t0 = time.perf_counter()
-            model = setup.sft_policy(0)
-            out: dict[str, Any] = {"variant": variant, "changes": changes, "run_dir": str(exp.run.dir)}
+            model = setup.sft_policy(seed)
+            out: dict[str, Any] = {
+                "variant": variant,
+                "changes": shown,
+                "seed": seed,
+                "run_dir": str(exp.run.dir),
+            }
             if args.phase == "rl":
                 arm = f"pilot-{variant.replace('=', '-').replace(',', '_')}"
                 with exp.arm_logger(arm, resume=True) as logger:

@@ -37,6 +37,15 @@ def test_a_pilot_trains_one_sft_and_scores_variants_from_it(domain: str, tmp_pat
     assert (run / "arms" / "pilot-task_sampling-informative_lr-0.001" / "checkpoint.pt").exists()
 
 
+@pytest.mark.slow
+def test_an_sft_pilot_takes_sft_changes_and_a_seed(tmp_path: Path) -> None:
+    sft = pilot("ops", "sft", "lr=0.01", "--seed", "1", root=tmp_path)
+    assert sft["changes"] == {"lr": 0.01} and sft["seed"] == 1
+    config = json.loads((Path(sft["run_dir"]) / "config.json").read_text())
+    assert config["sft"]["lr"] == 0.01 and config["seeds"] == [1]
+    assert (Path(sft["run_dir"]) / "arms" / "sft-seed1" / "policy" / "config.json").exists()
+
+
 def test_an_unknown_variant_is_one_error_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "code", "rl", str(tmp_path), "fancy"], capture_output=True, text=True
