@@ -620,7 +620,8 @@ def transfer_report(
         f"{stage('transfer', 'end')} after GRPO; scratch {stage('scratch', 'start')}, "
         f"{stage('scratch', 'sft')}, "
         f"{stage('scratch', 'end')}. Transfer - scratch at the end: "
-        f"{_interval(summary['transfer_minus_scratch']).format('+.2f')} (95% bootstrap interval)."
+        f"{_interval(summary['transfer_minus_scratch']).format('+.2f')} (95% bootstrap interval over "
+        "episodes pooled across seeds, not clustered; the seed-clustered comparisons are above)."
     )
     report.paragraph(
         f"GRPO episodes to reach {config.threshold:.0%} held-out success (0 = already after SFT; per seed): "
