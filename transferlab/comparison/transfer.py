@@ -28,8 +28,14 @@ test after modify        check before reporting      every cause named was check
 
 shown as the share of held-out episodes with each habit before ops training, after ops SFT (early in
 ops fine-tuning), after the first GRPO evaluation and at the end, for A vs B; the coding policy's own
-habits (:func:`coding_habits`) are reported too. The report (Markdown + HTML, with plots) is written
-to the run directory and optionally copied to ``--report-dir``.
+habits (:func:`coding_habits`) are reported too.
+
+``result.json`` (:mod:`transferlab.platform.results`) holds both arms' held-out success after ops SFT
+and at the end with intervals clustered by seed, and ``transfer - scratch`` at each, paired on seeds and
+scenarios, clustered by seed and by (seed, scenario), each with its minimum detectable effect; the
+coding policy's habits over all its episodes and over the episodes where it changed a file
+(:func:`habits_when_writing`) are in its settings. The report (Markdown + HTML, with plots) is written
+from it to the run directory and optionally copied to ``--report-dir``.
 
     transferlab ops experiment transfer --preset cpu --report-dir docs/results/transfer
     transferlab ops experiment transfer --preset cpu --model PATH   # a local HF model
