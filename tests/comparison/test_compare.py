@@ -199,6 +199,52 @@ def test_ops_learning_without_a_transfer_summary_is_not_measured(tmp_path: Path)
     assert not learned["gain"].measured and "transfer" in learned["gain"].how
 
 
+def test_the_transfer_section_takes_the_seed_clustered_figures_when_result_json_is_beside_it(
+    tmp_path: Path,
+) -> None:
+    """Pooled intervals (labelled so) from the summary alone; the result's clustered ones next to it."""
+    from transferlab.comparison.compare import CompareConfig, CompareResult, measure_transfer
+    from transferlab.platform.results import write_result
+
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(transfer_summary()))
+    config = CompareConfig(ops_result=str(summary))
+    pooled = CompareResult(config)
+    measure_transfer(config, pooled, lambda _: None)
+    assert (
+        "not clustered by seed" in pooled.transfer_source and "+0.00 [-1.00, +1.00]" in pooled.transfer_source
+    )
+    assert pooled.transfer[0]["end success"] == "0.40 [0.10, 0.50]"
+
+    from transferlab.comparison import transfer as tr
+
+    ops = tr.transfer_test_config().ops.model_copy(update={"eval_episodes": 1})
+    results: dict[str, dict[str, object]] = {}
+    for s in (0, 1):
+        point = {"habits": {"query_before_concluding": 0.5}, "rubric": 3.0}
+        results[f"coding-seed{s}"] = {"held_out": [1.0], "habits": {"read_before_write": 1.0}}
+        for arm, sft, end in (("transfer", [0, 0], [1, 0]), ("scratch", [1, 0], [1, 1])):
+            results[f"{arm}-seed{s}"] = {
+                "curve": [
+                    {**point, "stage": "sft", "success": sum(sft) / 2, "per_episode": sft},
+                    {**point, "stage": "rl", "success": sum(end) / 2, "per_episode": end},
+                ]
+            }
+    write_result(tmp_path, tr.build_result(tr.TransferConfig(seeds=[0, 1], ops=ops), results, "cmd"))
+    clustered = CompareResult(config)
+    measure_transfer(config, clustered, lambda _: None)
+    rows = {r["arm"]: r for r in clustered.transfer}
+    assert rows["transfer"]["end success"].startswith("0.50 [")  # 1 of 2 scenarios in each seed
+    assert rows["scratch"]["SFT success"].startswith("0.50 [") and rows["scratch"]["end success"].startswith(
+        "1.00"
+    )
+    assert "clustered by seed" in clustered.transfer_source
+    text = clustered.transfer_source.replace("\u2212", "-")
+    assert "transfer - scratch: pipeline ran, no detectable change: -50.0 points" in text
+    assert "(MDE " in text
+    assert "2 seed clusters" in clustered.transfer_source
+
+
 def test_a_file_that_is_not_a_transfer_summary_is_refused(tmp_path: Path) -> None:
     from transferlab.comparison.compare import CompareConfig, _ops_learned
 

@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -47,6 +47,9 @@ from transferlab.platform.measures import (
 )
 from transferlab.simulator.measures import SECONDS_PER_DAY, measure_campaign
 from transferlab.simulator.ops.measures import measure_ops
+
+if TYPE_CHECKING:
+    from transferlab.platform.results import Result
 
 FAMILIES = ("coding", "ops_analysis", "campaign_sim", "campaign_offline", "market")
 QUESTION_FAMILIES = FAMILIES[:4]
@@ -316,14 +319,39 @@ def transfer_rows(summary: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def _clustered_success(rows: list[dict[str, str]], transfer: Result) -> None:
+    """Replace the rows' pooled success intervals with the result's seed-clustered ones."""
+    for row in rows:
+        for column, name in (("SFT success", f"{row['arm']}_sft"), ("end success", row["arm"])):
+            if name in transfer.arms:
+                h = transfer.arms[name].held_out_success
+                row[column] = f"{h.estimate:.2f} [{h.ci[0]:.2f}, {h.ci[1]:.2f}]"
+
+
 def measure_transfer(config: CompareConfig, result: CompareResult, say: Progress) -> None:
-    """Read the transfer experiment's committed summary into ``result.transfer``."""
+    """Read the transfer experiment's committed summary into ``result.transfer``; where its
+    ``result.json`` lies next to it, the success cells and transfer - scratch are the seed-clustered
+    figures from there (with the MDE), else the summary's episode-pooled ones, labelled as such."""
+    from transferlab.platform.results import read_result
+
     say("transfer: committed summary")
     data, src = _ops_summary(config)
     result.transfer, result.transfer_source = transfer_rows(data), src
-    if data and "transfer_minus_scratch" in data:
+    clustered = Path(src).with_name("result.json")
+    if data and clustered.is_file():
+        transfer = read_result(clustered)
+        _clustered_success(result.transfer, transfer)
+        lines = [c.sentence() for c in transfer.comparisons if c.cluster == "seed"]
+        result.transfer_source = (
+            f"{src} and {clustered} (success: 95% intervals clustered by seed; GRPO gain: paired over "
+            f"episodes); {'; '.join(lines)}"
+        )
+    elif data and "transfer_minus_scratch" in data:
         diff = _ci(data["transfer_minus_scratch"], "+.2f")
-        result.transfer_source = f"{src}; transfer - scratch at the end: {diff}"
+        result.transfer_source = (
+            f"{src} (95% bootstrap intervals over episodes, not clustered by seed); transfer - scratch "
+            f"at the end: {diff}"
+        )
 
 
 def _human_agreement(path: str) -> dict[str, Any]:
@@ -666,8 +694,8 @@ def write_report(result: CompareResult, out: Path) -> Any:
     if result.transfer:
         report.table(result.transfer)
         report.paragraph(
-            f"From {result.transfer_source} (held-out success = rubric >= 8; 95% bootstrap intervals; "
-            "the full report with curves is docs/results/transfer/report.md)."
+            f"From {result.transfer_source} (held-out success = rubric >= 8; the full report with "
+            "curves is docs/results/transfer/report.md)."
         )
     else:
         report.paragraph(f"Not run: no transfer summary at {result.transfer_source}.")
