@@ -10,6 +10,7 @@ holds figures from result.json with seed-clustered intervals.
     python scripts/rl_pilot.py code rl RUN_DIR informative    # one variant (run two at once on 2 cores)
     python scripts/rl_pilot.py ops sft --eval
     python scripts/rl_pilot.py ops sft lr=1e-3 --seed 2 --eval   # SFTConfig changes, another seed
+    python scripts/rl_pilot.py code sft recovery_every=2 --eval  # an experiment field (TOP_LEVEL)
     python scripts/rl_pilot.py ops rl RUN_DIR lr=1e-4 kl_coef=0.2
 
 A variant is ``name`` from VARIANTS or ``field=value`` pairs of RLConfig (``rl_tasks=all`` sets the
@@ -32,7 +33,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "informative": {"task_sampling": "informative"},
 }
-TOP_LEVEL = {"rl_tasks"}
+TOP_LEVEL = {"rl_tasks", "recovery_every", "demo_variants", "demo_tasks"}
+"""Experiment fields (not RLConfig / SFTConfig ones) a variant may change."""
 
 
 def parse_variant(words: list[str]) -> tuple[str, dict[str, Any]]:
@@ -96,8 +98,12 @@ def main() -> None:
         variant, sft_changes = parse_variant(args.rest) if args.rest else ("sft", {})
         changes: dict[str, Any] = {}
         shown = sft_changes
-        sft = type(preset.sft).model_validate({**preset.sft.model_dump(), **sft_changes})
-        preset = preset.model_copy(update={"seeds": [seed], "sft": sft})
+        top_sft = {k: v for k, v in sft_changes.items() if k in TOP_LEVEL}
+        sft_fields = {k: v for k, v in sft_changes.items() if k not in TOP_LEVEL}
+        sft = type(preset.sft).model_validate({**preset.sft.model_dump(), **sft_fields})
+        preset = type(preset).model_validate(
+            {**preset.model_dump(), "seeds": [seed], "sft": sft.model_dump(), **top_sft}
+        )
     else:
         variant, changes = parse_variant(args.rest[1:])
         shown = changes

@@ -52,3 +52,11 @@ def test_an_unknown_variant_is_one_error_line(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "variant 'fancy' is neither one of" in done.stderr
+
+
+@pytest.mark.slow
+def test_an_sft_pilot_takes_an_experiment_field(tmp_path: Path) -> None:
+    sft = pilot("code", "sft", "recovery_every=3", "steps=2", root=tmp_path)
+    assert sft["changes"] == {"recovery_every": 3, "steps": 2}
+    config = json.loads((Path(sft["run_dir"]) / "config.json").read_text())
+    assert config["recovery_every"] == 3 and config["sft"]["steps"] == 2
