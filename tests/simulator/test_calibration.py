@@ -26,6 +26,7 @@ from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import Logs, LogSpec, generate_logs, write_logs
 from transferlab.simulator.market import CATALOG, CampaignAction, catalog_index
 from transferlab.simulator.policies import Schedule
+from transferlab.simulator.policy_calibration import RESPONSE_SHIFTS
 from transferlab.simulator.world_config import WorldConfig
 
 SHORT = EpisodeConfig.build(horizon=14, warmup_days=3, settle_days=7)
@@ -90,6 +91,9 @@ def test_deployment_pairs_world_results_with_the_simulator_s_predictions(
     assert (observed["orders"] >= 0).all()
     world_orders, sim_orders = deployed.totals
     assert world_orders > observed["orders"].sum() and sim_orders > 0  # the whole shop, not only campaigns
+    weekly = deployed.per_policy["weekly"]
+    assert set(weekly) == {"return", "return_se", "orders", "gmv", "profit", "complaints"}
+    assert weekly["orders"] * 3 == pytest.approx(world_orders) and weekly["return_se"] > 0
 
 
 def test_economics_factors_by_hand() -> None:
@@ -208,6 +212,8 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
         assert isinstance(summary[key], float), key
     assert set(summary["tau_ci"]) == {"before", "after"}
     assert summary["offer_shrinkage"] == 5.0 and "--offer-shrinkage" not in summary["command"]
+    assert summary["calibration_method"] == "policies" and "--calibration" not in summary["command"]
+    assert set(summary["calibration_shifts"]) == set(RESPONSE_SHIFTS)
     assert summary["command"].startswith("transferlab sim fidelity --simulator ")
     assert not set(summary["panels"]["calibration"]) & set(summary["panels"]["evaluation"])
     for name in (
@@ -240,4 +246,22 @@ def test_a_negative_offer_shrinkage_is_refused(tmp_path: Path) -> None:
     ]
     res = CliRunner().invoke(app, [*args, "--offer-shrinkage", "-1"])
     assert res.exit_code == 2 and "--offer-shrinkage" in res.output + res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_offer_shrinkage_needs_campaign_calibration_and_a_method_must_be_known(tmp_path: Path) -> None:
+    base = [
+        "sim",
+        "fidelity",
+        "--simulator",
+        str(tmp_path),
+        "--logs",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    res = CliRunner().invoke(app, [*base, "--offer-shrinkage", "5"])
+    assert res.exit_code == 2 and "applies to --calibration campaigns only" in res.stderr
+    res = CliRunner().invoke(app, [*base, "--calibration", "orders"])
+    assert res.exit_code == 2 and "not one of policies, campaigns" in res.stderr
     assert not (tmp_path / "o").exists()

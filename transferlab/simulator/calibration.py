@@ -290,12 +290,14 @@ def deployment_outcomes(
 ) -> Deployment:
     """Run each policy in the world of the logs' ``manifest`` (the "real" deployment, continuing
     after the logged history) and in the simulator under the same policy; returns (observed,
-    predicted) campaign orders per campaign and the shop's total orders in both."""
+    predicted) campaign orders per campaign, the shop's total orders in both, and each policy's
+    return and outcomes per episode in the world."""
     observed, predicted = [], []
     totals = np.zeros(2)
     money = np.zeros(len(DAY_KEYS))
     promo_days = int(sim.params.promo_days)
-    for i, policy in enumerate(panel.values()):
+    per_policy: dict[str, dict[str, float]] = {}
+    for i, (name, policy) in enumerate(panel.items()):
         market = WorldMarket.from_manifest(dict(world), n_envs=episodes, seed=seed + 101 * i)
         world_run = run_policy(market, policy, episode, seed=seed + i)
         observed.append(world_campaigns(market, promo_days))
@@ -308,13 +310,26 @@ def deployment_outcomes(
         orders = DAY_KEYS.index("orders")
         totals += [world_run["outcome"][:, orders].sum(), sim_run["outcome"][:, orders].sum()]
         money += world_run["outcome"].sum(axis=0)
+        per_policy[name] = _per_episode(world_run)
     n = episodes * len(panel)
     return Deployment(
         pd.concat(observed, ignore_index=True),
         pd.concat(predicted, ignore_index=True),
         (float(totals[0]), float(totals[1])),
         {k: float(money[DAY_KEYS.index(k)]) / n for k in ECONOMICS_KEYS},
+        per_policy,
     )
+
+
+def _per_episode(run: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """A deployed policy's mean return (with its standard error) and outcomes per episode."""
+    ret = np.asarray(run["return"], dtype=np.float64)
+    out = {
+        "return": float(ret.mean()),
+        "return_se": float(ret.std(ddof=1) / np.sqrt(len(ret))) if len(ret) > 1 else 0.0,
+    }
+    means = np.asarray(run["outcome"]).mean(axis=0)
+    return {**out, **{k: float(means[DAY_KEYS.index(k)]) for k in ("orders", "gmv", "profit", "complaints")}}
 
 
 @dataclass(frozen=True)
@@ -325,3 +340,4 @@ class Deployment:
     predicted: pd.DataFrame  # the same in the simulator, under the same policies
     totals: tuple[float, float]  # shop-wide orders: (world, simulator)
     world_per_episode: dict[str, float]  # the world's GMV, profit and push cost per episode
+    per_policy: dict[str, dict[str, float]]  # per policy: return, return_se, orders, gmv, profit, complaints

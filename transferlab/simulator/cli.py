@@ -372,7 +372,7 @@ def fidelity_command(
     deploy_episodes: Annotated[
         int,
         typer.Option("--deploy-episodes", min=1, help="World episodes per policy whose results calibrate."),
-    ] = 8,
+    ] = 64,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every evaluation and deployment.")] = 0,
     policy: Annotated[
         list[Path] | None,
@@ -390,19 +390,33 @@ def fidelity_command(
             min=0,
             help="Campaigns the simulator's own response to an action is worth against that action's "
             "deployed campaigns when calibrating it (default: calibration.OFFER_SHRINKAGE, 5); inf = "
-            "calibrate only the shop-wide level and economics.",
+            "calibrate only the shop-wide level and economics (with --calibration campaigns).",
         ),
     ] = None,
+    calibration: Annotated[
+        str,
+        typer.Option(
+            "--calibration",
+            help="policies: fit the simulator's structural shifts (purchase level, offer response by "
+            "segment and discount depth, fatigue, complaints, spend, cost) to each deployed policy's "
+            "return, orders and complaints; campaigns: shift each action's offer by its campaigns' "
+            "orders, then match the shop's GMV and profit.",
+        ),
+    ] = "policies",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Rank policies in the learned simulator and in the world, calibrate on one panel's deployment, and
     score both before and after on a disjoint panel (with the world's own split-half noise ceiling)."""
     import json
 
-    from transferlab.simulator.fidelity_report import run_fidelity
+    from transferlab.simulator.fidelity_report import CALIBRATION_METHODS, run_fidelity
     from transferlab.simulator.learned import LearnedSimulator, SimulatorError
     from transferlab.simulator.logs import LogError, read_logs
 
+    if calibration not in CALIBRATION_METHODS:
+        fail(f"--calibration {calibration!r} is not one of {', '.join(CALIBRATION_METHODS)}")
+    if offer_shrinkage is not None and calibration != "campaigns":
+        fail("--offer-shrinkage applies to --calibration campaigns only: add it or drop --offer-shrinkage")
     if out.exists() and any(out.iterdir()):
         fail(f"{out} already exists and is not empty: choose a new --out or remove it")
     try:
@@ -420,6 +434,7 @@ def fidelity_command(
         f"transferlab sim fidelity --simulator {simulator} --logs {logs} --out {out} --episodes {episodes} "
         f"--deploy-episodes {deploy_episodes} --seed {seed}"
         + "".join(f" --policy {path}" for path in policy or [])
+        + (f" --calibration {calibration}" if calibration != "policies" else "")
         + (f" --offer-shrinkage {offer_shrinkage:g}" if offer_shrinkage is not None else "")
     )
     summary = run_fidelity(
@@ -433,6 +448,7 @@ def fidelity_command(
         command=command,
         evaluation=evaluation,
         offer_shrinkage=offer_shrinkage,
+        method=calibration,
     )
     if as_json:
         print(json.dumps(summary))

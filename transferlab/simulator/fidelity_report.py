@@ -9,8 +9,10 @@
    The evaluation panel runs twice as many world episodes, on other futures, so that two halves of
    them give the world's own split-half tau: the noise ceiling;
 2. a *deployment*: the calibration panel's policies run in the world again (other futures), and their
-   campaigns' results come back, as from a deployment to the real market, and :func:`calibrate`
-   updates the simulator with them;
+   policies' results come back, as from a deployment to the real market, and calibrate the simulator
+   (:func:`~transferlab.simulator.policy_calibration.calibrate_policies` fits its structural shifts to
+   each policy's return, orders and complaints; ``method="campaigns"`` shifts each action's offer by
+   its campaigns' orders instead);
 3. the same comparisons with the calibrated simulator. The evaluation panel's figures are the
    out-of-sample ones; the calibration panel's "after" figures are in-sample and labelled so.
 
@@ -50,6 +52,10 @@ from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import Logs
 from transferlab.simulator.market import CATALOG
 from transferlab.simulator.policies import Policy, evaluation_panel, policy_panel
+from transferlab.simulator.policy_calibration import calibrate_policies
+
+CALIBRATION_METHODS = ("policies", "campaigns")
+"""How ``sim fidelity`` calibrates: on each deployed policy's outcomes, or on each campaign's orders."""
 
 
 def _scatter(before: Fidelity, after: Fidelity) -> Figure:
@@ -108,6 +114,7 @@ def run_fidelity(
     evaluation: Mapping[str, Policy] | None = None,
     command: str = "transferlab sim fidelity",
     offer_shrinkage: float | None = None,
+    method: str = "policies",
 ) -> dict[str, Any]:
     """Compare, calibrate on one panel, compare again on both; write the report into ``out``; returns
     the summary (the evaluation panel's figures are the out-of-sample ones).
@@ -115,7 +122,14 @@ def run_fidelity(
     ``offer_shrinkage`` (None = ``calibration.OFFER_SHRINKAGE``) is the pseudo-count of campaigns the
     simulator's own offer response is worth against each action's deployed campaigns
     (:func:`calibration.offer_shifts`); ``inf`` leaves the per-action response as fitted and
-    calibrates only the shop-wide level and economics."""
+    calibrates only the shop-wide level and economics.
+
+    ``method``: ``policies`` (default) fits the simulator's structural shifts to each deployed policy's
+    return, orders and complaints (:func:`~transferlab.simulator.policy_calibration.calibrate_policies`);
+    ``campaigns`` shifts each action's offer by its campaigns' orders, then matches the shop's GMV and
+    profit (:func:`calibrate`, :func:`calibrate_economics`; ``offer_shrinkage`` applies to it)."""
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"calibration method {method!r} is not one of {CALIBRATION_METHODS}")
     say = progress or (lambda _msg: None)
     out = Path(out)
     shrinkage = OFFER_SHRINKAGE if offer_shrinkage is None else offer_shrinkage
@@ -151,24 +165,36 @@ def run_fidelity(
     deployed = deployment_outcomes(
         sim, logs.manifest, cal_panel, episodes=deploy_episodes, seed=seed + 1000, episode=episode
     )
-    calibrated = calibrate(
-        sim,
-        deployed.observed,
-        deployed.predicted,
-        totals=deployed.totals,
-        shrinkage=shrinkage,
-        seed=seed,
-    )
-    say("calibrating the economics: GMV and profit per episode of the same deployment")
-    calibrated = calibrate_economics(
-        calibrated,
-        deployed.world_per_episode,
-        cal_panel,
-        n_customers=n_customers,
-        episodes=deploy_episodes,
-        seed=seed + 2000,
-        episode=episode,
-    )
+    if method == "policies":
+        say("calibrating on each deployed policy's return, orders and complaints")
+        calibrated = calibrate_policies(
+            sim,
+            deployed.per_policy,
+            cal_panel,
+            n_customers=n_customers,
+            seed=seed + 2000,
+            episode=episode,
+            progress=say,
+        )
+    else:
+        calibrated = calibrate(
+            sim,
+            deployed.observed,
+            deployed.predicted,
+            totals=deployed.totals,
+            shrinkage=shrinkage,
+            seed=seed,
+        )
+        say("calibrating the economics: GMV and profit per episode of the same deployment")
+        calibrated = calibrate_economics(
+            calibrated,
+            deployed.world_per_episode,
+            cal_panel,
+            n_customers=n_customers,
+            episodes=deploy_episodes,
+            seed=seed + 2000,
+            episode=episode,
+        )
     say("both panels in the calibrated simulator")
     after, after_cal = in_sim(calibrated, eval_panel, world_eval), in_sim(calibrated, cal_panel, world_cal)
     tau_before, ci_before = ranking_agreement(before.sim, world_eval, seed=seed)
@@ -190,9 +216,8 @@ def run_fidelity(
         "deploy_episodes": deploy_episodes,
         "calibration_campaigns": len(deployed.observed),
         "offer_shrinkage": shrinkage if math.isfinite(shrinkage) else "inf",
-        "calibration_level_shift": calibrated.report["calibration"][-1]["level_shift"],
-        "calibration_spend_shift": calibrated.report["calibration"][-1]["spend_shift"],
-        "calibration_cost_factor": calibrated.report["calibration"][-1]["cost_factor"],
+        "calibration_method": method,
+        **_calibration_figures(calibrated.report["calibration"][-1]),
         "before": before.summary(),
         "after": after.summary(),
         "in_sample": {"before": before_cal.summary(), "after": after_cal.summary()},
@@ -204,6 +229,23 @@ def run_fidelity(
     return summary
 
 
+def _calibration_figures(last: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary's calibration figures from the calibrated simulator's last calibration round."""
+    if last.get("method") == "policies":
+        shifts = last["shifts"]
+        return {
+            "calibration_level_shift": shifts["level"],
+            "calibration_spend_shift": shifts["spend"],
+            "calibration_cost_factor": round(math.exp(shifts["cost"]), 4),
+            "calibration_shifts": shifts,
+        }
+    return {
+        "calibration_level_shift": last["level_shift"],
+        "calibration_spend_shift": last["spend_shift"],
+        "calibration_cost_factor": last["cost_factor"],
+    }
+
+
 def _write_report(
     out: Path, before: Fidelity, after: Fidelity, summary: dict[str, Any], calibrated: LearnedSimulator
 ) -> None:
@@ -212,10 +254,11 @@ def _write_report(
         f"Scored out of sample: {summary['before']['policies']} evaluation policies, "
         f"{summary['world_episodes_evaluation']} world episodes and {summary['episodes']} simulator "
         "episodes each (30 decision days, delayed effects settled), in the world continuing after the "
-        "logged history and in the simulator fitted on those logs. Calibration used the matured "
-        f"results of {summary['calibration_campaigns']} campaigns from a deployment of the "
-        f"{len(summary['panels']['calibration'])} calibration-panel policies, none of which is in the "
-        "evaluation panel (and on other futures)."
+        "logged history and in the simulator fitted on those logs. Calibration "
+        f"({summary['calibration_method']}) used a deployment of the "
+        f"{len(summary['panels']['calibration'])} calibration-panel policies ({summary['deploy_episodes']} "
+        f"world episodes each, {summary['calibration_campaigns']} campaigns matured), none of which is in "
+        "the evaluation panel (and on other futures)."
     )
     ci_b, ci_a = summary["tau_ci"]["before"], summary["tau_ci"]["after"]
     lo, hi = summary["tau_ceiling_ci"]
@@ -254,13 +297,21 @@ def _write_report(
         errs[f"after_{k}"] = after.table[f"err_{k}"]
     report.table(errs, floatfmt=".3f")
     last = calibrated.report["calibration"][-1]
-    top = sorted(last["shifts"].items(), key=lambda kv: -abs(kv[1]))[:10]
     report.heading("Calibration")
-    report.paragraph(
-        f"Shop totals: every purchase's log-odds moved by {last['level_shift']:+.3f} (the world's "
-        "total orders over the simulator's, from the deployment). Campaigns: "
-        f"{last['campaigns']} campaigns over {last['actions']} catalog actions; mean |shift| of the "
-        f"offer log-odds over all actions {last['mean_abs_shift_all_actions']:.3f}. Largest shifts:"
-    )
-    report.table([{"action": a, "shift": v} for a, v in top])
+    if last.get("method") == "policies":
+        report.paragraph(
+            f"Fitted to the deployment of the {last['policies']} calibration-panel policies: each one's "
+            "return, orders and complaints per episode (damped Gauss-Newton with a ridge; cost by "
+            f"iteration {', '.join(f'{c:.0f}' for c in last['costs'])}). The structural shifts:"
+        )
+        report.table([{"shift": k, "value": v} for k, v in last["shifts"].items()])
+    else:
+        top = sorted(last["shifts"].items(), key=lambda kv: -abs(kv[1]))[:10]
+        report.paragraph(
+            f"Shop totals: every purchase's log-odds moved by {last['level_shift']:+.3f} (the world's "
+            "total orders over the simulator's, from the deployment). Campaigns: "
+            f"{last['campaigns']} campaigns over {last['actions']} catalog actions; mean |shift| of the "
+            f"offer log-odds over all actions {last['mean_abs_shift_all_actions']:.3f}. Largest shifts:"
+        )
+        report.table([{"action": a, "shift": v} for a, v in top])
     report.write(out)
