@@ -10,7 +10,7 @@ from transferlab.simulator.envs.campaign import EpisodeConfig
 from transferlab.simulator.learned import LearnedSimulator, SimParams
 from transferlab.simulator.logs import Logs, LogSpec, generate_logs
 from transferlab.simulator.market import CATALOG, SEGMENTS, CampaignAction, catalog_index
-from transferlab.simulator.policies import NoCampaign, Schedule
+from transferlab.simulator.policies import NoCampaign, Policy, Schedule
 from transferlab.simulator.policy_calibration import (
     MIN_RETURN_SE,
     RESPONSE_SHIFTS,
@@ -99,7 +99,7 @@ def sim(logs: Logs) -> LearnedSimulator:
 def test_a_simulator_is_pulled_toward_a_world_that_is_itself_shifted(sim: LearnedSimulator) -> None:
     """The 'world' is the simulator with every purchase 0.3 log-odds likelier and 10% dearer goods:
     calibrating on its policies' results finds a positive level shift and brings the returns closer."""
-    panel = {
+    panel: dict[str, Policy] = {
         "none": NoCampaign(),
         "weekly": Schedule(7, CATALOG[catalog_index(CampaignAction(0.1, 20, "all", 60.0))], horizon=14),
         "every3": Schedule(3, CATALOG[catalog_index(CampaignAction(0.3, 9, "bargain", 20.0))], horizon=14),
