@@ -265,3 +265,23 @@ def test_offer_shrinkage_needs_campaign_calibration_and_a_method_must_be_known(t
     res = CliRunner().invoke(app, [*base, "--calibration", "orders"])
     assert res.exit_code == 2 and "not one of policies, campaigns" in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_seed", [11, 12])
+def test_the_protocol_runs_on_two_world_seeds_and_the_fit_lowers_its_cost(
+    world_seed: int, tmp_path: Path
+) -> None:
+    """Issue 19's second world: the whole fidelity protocol on worlds of two seeds (small, short)."""
+    from transferlab.simulator.fidelity_report import run_fidelity
+
+    world_logs = generate_logs(LogSpec(days=120, world=WorldConfig(n_customers=600, seed=world_seed)))
+    summary = run_fidelity(
+        LearnedSimulator.fit(world_logs), world_logs, tmp_path, episodes=4, deploy_episodes=8, episode=SHORT
+    )
+    assert summary["calibration_method"] == "policies" and summary["world_episodes_evaluation"] == 8
+    for key in ("tau_before", "tau_after", "tau_ceiling"):
+        assert -1.0 <= summary[key] <= 1.0, key
+    costs = LearnedSimulator.load(tmp_path / "calibrated_sim").report["calibration"][-1]["costs"]
+    assert costs[-1] < 0.5 * costs[0]  # the deployed policies' residuals, before and after the fit
+    assert json.loads((tmp_path / "result.json").read_text())["tau_after"] == summary["tau_after"]
