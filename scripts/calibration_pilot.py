@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--fit-seed", type=int, default=2000)
     ap.add_argument("--deploy-episodes", type=int, default=64)
     ap.add_argument("--probes", action="store_true")
+    ap.add_argument("--fit-episodes", type=int, default=48, help="simulated episodes per policy per fit step")
     args = ap.parse_args()
     logs = read_logs(args.world / "logs")
     sim = LearnedSimulator.load(args.world / "sim")
@@ -85,7 +86,15 @@ def main() -> None:
             "orders": float(out[DAY_KEYS.index("orders")]),
             "complaints": float(out[DAY_KEYS.index("complaints")]),
         }
-    fixed = calibrate_policies(sim, world, panel, n_customers=n_customers, seed=args.fit_seed, progress=print)
+    fixed = calibrate_policies(
+        sim,
+        world,
+        panel,
+        n_customers=n_customers,
+        episodes=args.fit_episodes,
+        seed=args.fit_seed,
+        progress=print,
+    )
     print("shifts", fixed.report["calibration"][-1]["shifts"])
     ev = evaluation_panel()
     if "trained:ppo" in args.report.read_text() and (args.world / "runs/ppo").exists():
