@@ -13,6 +13,7 @@ from torch import nn
 from transferlab.coding_rl.trainers.losses import (
     aggregate_loss,
     clipped_policy_loss,
+    discounted_returns,
     entropy_from_logits,
     explained_variance,
     filter_groups,
@@ -28,6 +29,7 @@ from transferlab.coding_rl.trainers.losses import (
     policy_logprobs,
     ppo_loss,
     sft_loss,
+    step_group_advantages,
     token_entropy,
     token_returns,
     turn_end_mask,
@@ -739,3 +741,52 @@ def test_grpo_step_moves_logprobs_with_the_advantage_sign() -> None:
         opt.step()
     end = seq_logp().detach()
     assert end[0] > start[0] and end[1] < start[1]
+
+
+# ------------------------------------------------------------------------------ GiGPO step groups
+
+
+def test_discounted_returns_by_hand() -> None:
+    # R_2 = 10, R_1 = 0 + 0.5 * 10 = 5, R_0 = 1 + 0.5 * 5 = 3.5
+    assert discounted_returns([1.0, 0.0, 10.0], 0.5) == [3.5, 5.0, 10.0]
+    assert discounted_returns([1.0, 2.0], 1.0) == [3.0, 2.0] and discounted_returns([], 0.9) == []
+    with pytest.raises(ValueError, match="gamma must be in"):
+        discounted_returns([1.0], 1.5)
+
+
+def test_step_group_advantages_compare_steps_that_acted_from_one_state() -> None:
+    # state s: episodes 0, 1, 2 at step 0 with returns 4, 2, 0 -> mean 2, Bessel std 2 -> 1, 0, -1;
+    # state a: episodes 0 and 1 at step 1 with 6, 2 -> mean 4, std sqrt(8) -> +-1/sqrt(2);
+    # state b: episode 2 alone at step 1 -> 0.
+    keys = [["s", "a"], ["s", "a"], ["s", "b"]]
+    returns = [[4.0, 6.0], [2.0, 2.0], [0.0, 0.0]]
+    out = step_group_advantages(keys, returns, eps=0.0)
+    r = 1 / math.sqrt(2)
+    expected = [[1.0, r], [0.0, -r], [-1.0, 0.0]]
+    for row, want in zip(out.advantages, expected, strict=True):
+        assert row == pytest.approx(want, abs=1e-12)
+    assert out.shared_share == pytest.approx(5 / 6) and out.n_groups == 2
+    plain = step_group_advantages(keys, returns, scale_by_std=False)
+    assert plain.advantages == [[2.0, 2.0], [0.0, -2.0], [-2.0, 0.0]]
+
+
+def test_step_group_advantages_flat_group_and_bad_input() -> None:
+    out = step_group_advantages([["s"], ["s"]], [[3.0], [3.0]])
+    assert out.advantages == [[0.0], [0.0]] and out.n_groups == 1 and out.shared_share == 1.0
+    with pytest.raises(ValueError, match="episode 0: 2 keys but 1 returns"):
+        step_group_advantages([["s", "t"]], [[1.0]])
+    with pytest.raises(ValueError, match="differ in length"):
+        step_group_advantages([["s"]], [])
+
+
+def test_grpo_loss_takes_per_token_advantages() -> None:
+    # per-token advantages equal to the episode's broadcast give the same loss as (B,) ones
+    logp = t([[-1.0, -0.5, -0.2]])
+    mask = t([[0.0, 1.0, 1.0]])
+    seq = grpo_loss(logp, logp, None, t([2.0]), mask)
+    tok = grpo_loss(logp, logp, None, t([[2.0, 2.0, 2.0]]), mask)
+    close(tok.loss, seq.loss.item())
+    # at ratio 1 the surrogate is -mean(A) over the policy tokens: -(1 + 3) / 2
+    close(grpo_loss(logp, logp, None, t([[9.0, 1.0, 3.0]]), mask).loss, -2.0)
+    with pytest.raises(ValueError, match="seq_advantages must have shape"):
+        grpo_loss(logp, logp, None, t([[1.0, 2.0]]), mask)

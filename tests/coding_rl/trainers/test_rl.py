@@ -24,6 +24,7 @@ from transferlab.coding_rl.trainers.rl import (
     draw_task_indices,
     episode_context,
     flat_groups,
+    gigpo_token_advantages,
     load_checkpoint,
     rollout_metrics,
     save_checkpoint,
@@ -219,6 +220,34 @@ def test_build_batch_masks_the_policy_tokens_unless_asked_not_to() -> None:
     ablation = build_batch([one, two], pad_id=0, mask_observations=False)
     assert ablation.loss_mask.int().tolist() == [[0, 1, 1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 1]]
     assert torch.equal(ablation.input_ids, batch.input_ids)
+
+
+def test_gigpo_adds_each_turns_step_advantage_to_its_tokens() -> None:
+    # A: prompt [1, 2], action [3] (reward 0), obs [4], action [5] (reward 10) -> return 10
+    # B: prompt [1, 2], action [9] (reward 0), obs [4], action [5] (reward 0)  -> return 0
+    # episode level (G=2): mean 5, std sqrt(50) -> +-1/sqrt(2).
+    # step level, gamma 0.5: returns-to-go A [5, 10], B [0, 0]; turn 0 shares the prompt -> +-1/sqrt(2);
+    # turn 1 acted from [1, 2, 3, 4] (A) and [1, 2, 9, 4] (B): alone, 0.
+    a = Trajectory([_step(0, [1, 2], [3], [4], 0.0, False), _step(1, [], [5], [], 10.0, True, group=0)])
+    b = Trajectory([_step(0, [1, 2], [9], [4], 0.0, False), _step(1, [], [5], [], 0.0, True, group=0)])
+    batch = build_batch([a, b], pad_id=0)
+    config = RLConfig(mode="agent", group_size=2, advantage="gigpo", step_gamma=0.5, step_weight=1.0)
+    r = 1 / math.sqrt(2)
+    tok, metrics = gigpo_token_advantages(batch, torch.tensor([r, -r]), config)
+    assert tok[:, 2].tolist() == pytest.approx([2 * r, -2 * r])  # first action: episode + step
+    assert tok[:, 4].tolist() == pytest.approx([r, -r])  # second action: the episode's alone
+    assert metrics["train/step_shared_share"] == 0.5 and metrics["train/step_groups"] == 1.0
+    assert metrics["train/step_signal_share"] == 0.5
+    half = RLConfig(mode="agent", group_size=2, advantage="gigpo", step_gamma=0.5, step_weight=0.5)
+    tok_half, _ = gigpo_token_advantages(batch, torch.tensor([r, -r]), half)
+    assert tok_half[:, 2].tolist() == pytest.approx([1.5 * r, -1.5 * r])
+
+
+def test_gigpo_is_refused_outside_agent_grpo() -> None:
+    with pytest.raises(ValueError, match="advantage='gigpo' needs algo='grpo' and mode='agent'"):
+        RLConfig(mode="code", advantage="gigpo")
+    with pytest.raises(ValueError, match="use advantage='episode' otherwise"):
+        RLConfig(mode="agent", algo="ppo", advantage="gigpo")
 
 
 def draw_tasks(tasks: list[Any], config: RLConfig, step: int) -> list[Any]:

@@ -45,6 +45,7 @@ earlier turns' tokens.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -61,10 +62,12 @@ __all__ = [
     "PPOLossTerms",
     "PolicyLossTerms",
     "SFTLossTerms",
+    "StepGroupAdvantages",
     "ValueLossTerms",
     "ZeroStd",
     "aggregate_loss",
     "clipped_policy_loss",
+    "discounted_returns",
     "entropy_from_logits",
     "explained_variance",
     "filter_groups",
@@ -80,6 +83,7 @@ __all__ = [
     "policy_logprobs",
     "ppo_loss",
     "sft_loss",
+    "step_group_advantages",
     "token_entropy",
     "token_returns",
     "turn_end_mask",
@@ -410,6 +414,78 @@ def filter_groups(zero_std_groups: Tensor, group_size: int) -> Tensor:
     return keep.nonzero().squeeze(-1)
 
 
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """Return-to-go of each step of one episode: ``R_t = r_t + gamma * R_{t+1}``, ``R_T = 0``."""
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+    out = [0.0] * len(rewards)
+    acc = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        acc = float(rewards[t]) + gamma * acc
+        out[t] = acc
+    return out
+
+
+@dataclass(frozen=True)
+class StepGroupAdvantages:
+    """Result of :func:`step_group_advantages`: one advantage per (episode, step)."""
+
+    advantages: list[list[float]]
+    """Per episode, per step; 0.0 for a step whose anchor state no other step shares, or whose
+    group's returns are all equal."""
+    shared_share: float
+    """Share of steps whose anchor state at least one other step shares (the steps that get a signal)."""
+    n_groups: int
+    """Number of anchor-state groups with two or more steps."""
+
+
+def step_group_advantages(
+    keys: Sequence[Sequence[Hashable]],
+    returns: Sequence[Sequence[float]],
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+) -> StepGroupAdvantages:
+    """GiGPO's step-level advantages (Feng et al., 2025): group steps by the state they acted from.
+
+    ``keys[i][t]`` names the state episode ``i`` was in before its step ``t`` (its *anchor state*: in a
+    deterministic tool environment, the prompt and every action and observation so far); steps of any
+    episodes with equal keys form one group, and each step's advantage compares its return-to-go
+    ``returns[i][t]`` (:func:`discounted_returns`) with the group's::
+
+        A_S(i, t) = (R_i,t - mean(R_g)) / (std(R_g) + eps)     (or without the std, scale_by_std=False)
+
+    with the Bessel-corrected std, as :func:`group_advantages`. A step alone in its group, or in a group
+    whose returns are all equal (``max - min <= eps``), gets exactly 0.0: the episodes that branched
+    from one state are what say which action from it was better. GiGPO adds ``omega * A_S`` to the
+    episode-level GRPO advantage of the step's tokens.
+    """
+    if len(keys) != len(returns):
+        raise ValueError(f"keys ({len(keys)} episodes) and returns ({len(returns)}) differ in length")
+    groups: dict[Hashable, list[tuple[int, int]]] = {}
+    for i, (ks, rs) in enumerate(zip(keys, returns, strict=True)):
+        if len(ks) != len(rs):
+            raise ValueError(f"episode {i}: {len(ks)} keys but {len(rs)} returns (one of each per step)")
+        for t, k in enumerate(ks):
+            groups.setdefault(k, []).append((i, t))
+    adv = [[0.0] * len(rs) for rs in returns]
+    shared = n_groups = 0
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        n_groups += 1
+        shared += len(members)
+        r = torch.tensor([float(returns[i][t]) for i, t in members], dtype=torch.float64)
+        if float(r.max() - r.min()) <= eps:
+            continue
+        a = r - r.mean()
+        if scale_by_std:
+            a = a / (r.std(correction=1) + eps)
+        for (i, t), value in zip(members, a.tolist(), strict=True):
+            adv[i][t] = value
+    total = sum(len(rs) for rs in returns)
+    return StepGroupAdvantages(adv, shared / total if total else 0.0, n_groups)
+
+
 def kl_estimator(logp: Tensor, ref_logp: Tensor, kind: KLKind = "k3", clamp: float | None = None) -> Tensor:
     """Per-token estimate of KL(policy || reference) from samples of the policy (Schulman, 2020).
 
@@ -593,16 +669,18 @@ def grpo_loss(
 
     Args:
         ref_logp: B×T log-probs under the frozen reference policy, or None.
-        seq_advantages: (B,) one advantage per episode (:func:`group_advantages`).
+        seq_advantages: (B,) one advantage per episode (:func:`group_advantages`), or B×T per token
+            (GiGPO: the episode's plus its step's :func:`step_group_advantages`).
         kl_coef: weight of the KL term (>= 0).
         kl_kind: which :func:`kl_estimator` (GRPO uses ``"k3"``).
         seq_weights: (B,) episode weights, e.g. :func:`group_weights` (zero-variance groups) times
             ``(~truncated)`` (episodes cut by a limit), or None.
     """
     _check_2d("logp", logp)
-    if seq_advantages.shape != logp.shape[:1]:
+    if seq_advantages.shape not in (logp.shape[:1], logp.shape):
         raise ValueError(
-            f"seq_advantages must have shape ({logp.shape[0]},), got {tuple(seq_advantages.shape)}"
+            f"seq_advantages must have shape ({logp.shape[0]},) or B×T = {tuple(logp.shape)}, got "
+            f"{tuple(seq_advantages.shape)}"
         )
     if kl_coef < 0:
         raise ValueError(f"kl_coef must be >= 0, got {kl_coef!r}")

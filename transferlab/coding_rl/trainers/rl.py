@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transferlab.coding_rl.policies.adapters import (
     LoraOptions,
@@ -52,12 +52,14 @@ from transferlab.coding_rl.policies.devices import (
 )
 from transferlab.coding_rl.policies.generation import SamplingConfig
 from transferlab.coding_rl.trainers.losses import (
+    discounted_returns,
     gae,
     group_advantages,
     group_weights,
     grpo_loss,
     masked_mean,
     ppo_loss,
+    step_group_advantages,
 )
 from transferlab.coding_rl.trainers.rollout_worker import (
     Chunk,
@@ -117,6 +119,19 @@ class RLConfig(BaseConfig):
     scale_by_std: bool = Field(default=True, description="GRPO: divide group advantages by the group std.")
     zero_std: Literal["drop", "keep"] | float = Field(
         default="drop", description="GRPO groups whose returns are all equal: drop, keep, or a weight."
+    )
+    advantage: Literal["episode", "gigpo"] = Field(
+        default="episode",
+        description="GRPO: 'episode', one group-relative advantage per episode on all its tokens; or "
+        "'gigpo' (agent mode), each turn's tokens also get step_weight x the turn's step-level advantage "
+        "(GiGPO: turns of the group's episodes that acted from the same state, i.e. the same prompt, "
+        "actions and observations so far, compared on their discounted return-to-go).",
+    )
+    step_weight: float = Field(
+        default=1.0, ge=0, description="'gigpo': weight (omega) of the step-level advantage."
+    )
+    step_gamma: float = Field(
+        default=0.95, ge=0, le=1, description="'gigpo': discount per turn of the step-level return-to-go."
     )
     gamma: float = Field(default=1.0, ge=0, le=1, description="PPO discount per turn.")
     lam: float = Field(default=0.95, ge=0, le=1, description="PPO GAE lambda.")
@@ -198,6 +213,16 @@ class RLConfig(BaseConfig):
         "prints it (e.g. '10.0.0.5:6379') or 'auto' (the cluster started on this machine); None = the "
         "RAY_ADDRESS environment variable, or a local Ray started for the run.",
     )
+
+    @model_validator(mode="after")
+    def _check_advantage(self) -> Self:
+        if self.advantage == "gigpo" and (self.algo != "grpo" or self.mode != "agent"):
+            raise ValueError(
+                f"advantage='gigpo' needs algo='grpo' and mode='agent' (got algo={self.algo!r}, "
+                f"mode={self.mode!r}): step-level advantages compare the turns of multi-turn episodes; "
+                "use advantage='episode' otherwise"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------------------------- rollouts
@@ -378,6 +403,40 @@ def _grpo_advantages(batch: StepBatch, config: RLConfig) -> tuple[torch.Tensor, 
     return adv.advantages, weights, float(adv.frac_zero_std)
 
 
+def anchor_keys(traj: Trajectory) -> list[bytes]:
+    """The state each turn of ``traj`` acted from: the bytes of every token before the turn's action
+    (prompt, earlier actions and observations). Equal keys mean the same state in a deterministic env."""
+    ids = traj.ids_array()
+    return [ids[:start].tobytes() for start, _ in traj.action_spans()]
+
+
+def gigpo_token_advantages(
+    batch: StepBatch, seq_adv: torch.Tensor, config: RLConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """B×T advantages: each turn's action tokens get the episode's ``seq_adv`` plus ``step_weight`` x the
+    turn's :func:`~transferlab.coding_rl.trainers.losses.step_group_advantages`; and its metrics."""
+    trajs = batch.trajs
+    step = step_group_advantages(
+        [anchor_keys(t) for t in trajs],
+        [discounted_returns([r.reward for r in t.steps], config.step_gamma) for t in trajs],
+        scale_by_std=config.scale_by_std,
+    )
+    width = batch.input_ids.shape[1]
+    tok = seq_adv.detach().to(torch.float32)[:, None].repeat(1, width)
+    for i, traj in enumerate(trajs):
+        for (start, end), a_s in zip(traj.action_spans(), step.advantages[i], strict=True):
+            if start < width:
+                tok[i, start : min(end, width)] += config.step_weight * a_s
+    nonzero = sum(a != 0.0 for row in step.advantages for a in row)
+    turns = sum(len(row) for row in step.advantages)
+    metrics = {
+        "train/step_shared_share": step.shared_share,
+        "train/step_groups": float(step.n_groups),
+        "train/step_signal_share": nonzero / turns if turns else 0.0,
+    }
+    return tok.to(seq_adv.device), metrics
+
+
 def loss_temperature(config: RLConfig) -> float:
     """The temperature the loss's log-probs are taken at (1 unless ``loss_temperature='sampling'``)."""
     return config.temperature if config.loss_temperature == "sampling" else 1.0
@@ -421,6 +480,9 @@ def update(
     if config.algo == "grpo":
         seq_adv, weights, frac_flat = _grpo_advantages(batch, config)
         metrics["train/frac_reward_zero_std"] = frac_flat
+        if config.advantage == "gigpo":
+            seq_adv, step_metrics = gigpo_token_advantages(batch, seq_adv, config)
+            metrics.update(step_metrics)
         if float(weights.sum()) == 0.0:
             metrics["train/skipped_update"] = 1.0
             return metrics
