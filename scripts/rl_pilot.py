@@ -72,7 +72,12 @@ def score(domain: str, setup: Any, model: Any) -> dict[str, Any]:
         r = setup.evaluate(model)
         return {"held_out": mean(r["held_out"]), "diagnosis": r["diagnosis"]}
     s = setup.scores(model)
-    return {"held_out": mean(s["held_out"]), "rubric": mean(s["rubric"]), "habits": s["habits"]}
+    return {
+        "held_out": mean(s["held_out"]),
+        "rubric": mean(s["rubric"]),
+        "habits": s["habits"],
+        "diagnosis": s["diagnosis"],
+    }
 
 
 def main() -> None:

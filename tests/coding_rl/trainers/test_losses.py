@@ -325,7 +325,7 @@ def test_grpo_loss_without_kl() -> None:
     with pytest.raises(ValueError, match="ref_logp"):
         grpo_loss(logp, logp.detach(), None, t([2.0]), mask, kl_coef=0.1)
     with pytest.raises(ValueError, match="seq_advantages"):
-        grpo_loss(logp, logp.detach(), None, t([[2.0, 2.0]]), mask)
+        grpo_loss(logp, logp.detach(), None, t([2.0, 2.0]), mask)  # two advantages for one episode
 
 
 def test_grpo_loss_zero_variance_group_dropped_or_kept() -> None:
