@@ -33,7 +33,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "informative": {"task_sampling": "informative"},
 }
-TOP_LEVEL = {"rl_tasks", "recovery_every", "demo_variants", "demo_tasks"}
+TOP_LEVEL = {"rl_tasks", "recovery_every", "demo_variants", "demo_tasks", "compact_reports"}
 """Experiment fields (not RLConfig / SFTConfig ones) a variant may change."""
 
 

@@ -111,6 +111,11 @@ class OpsLearnConfig(ModelChoice):
         description="Training scenarios: the first sft_tasks are demonstrated, RL practises on the rest.",
     )
     sft_tasks: int = Field(default=40, ge=1, description="Training scenarios with an expert demonstration.")
+    compact_reports: bool = Field(
+        default=False,
+        description="The expert's demonstrated reports name the drop and each cause with its numbers and "
+        "rule nothing out (about 200 characters instead of 400; the same rubric score).",
+    )
     held_out_tasks: int = Field(default=60, ge=1, description="Held-out scenarios (the held-out split).")
     vocab_size: int = Field(default=768, ge=300, description="Tiny policy: the shared coding + ops BPE size.")
     policy: TinyPolicyConfig = Field(
@@ -246,7 +251,11 @@ class Setup:
     def demos(self) -> list[Any]:
         rl = self.config.rl
         return make_ops_sft_data(
-            self.tokenizer, self.train[: self.config.sft_tasks], rl.max_steps, rl.rewards
+            self.tokenizer,
+            self.train[: self.config.sft_tasks],
+            rl.max_steps,
+            rl.rewards,
+            compact_reports=self.config.compact_reports,
         )
 
     def evaluate(self, model: Any) -> OpsEval:

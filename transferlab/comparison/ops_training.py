@@ -168,20 +168,27 @@ def ops_tasks(n_train: int, n_held_out: int) -> tuple[list[OpsTask], list[OpsTas
     return train, held
 
 
-def expert_actions(task: OpsTask, max_steps: int = 8) -> list[str]:
-    """The scripted expert's tool calls on ``task`` (the env is deterministic, so they replay exactly)."""
+def expert_actions(task: OpsTask, max_steps: int = 8, compact: bool = False) -> list[str]:
+    """The scripted expert's tool calls on ``task`` (the env is deterministic, so they replay exactly);
+    ``compact``: its report names the drop and each cause with its numbers, nothing ruled out."""
     env = OpsAnalysisEnv(n_tasks=1, max_steps=max_steps)
-    return list(run_episode(env, ExpertAgent(), options={"task_id": task.task_id})["actions"])
+    agent = ExpertAgent(compact=compact)
+    return list(run_episode(env, agent, options={"task_id": task.task_id})["actions"])
 
 
 def make_ops_sft_data(
-    tokenizer: Any, tasks: Sequence[OpsTask], max_steps: int = 8, rewards: str = "dense"
+    tokenizer: Any,
+    tasks: Sequence[OpsTask],
+    max_steps: int = 8,
+    rewards: str = "dense",
+    compact_reports: bool = False,
 ) -> list[Trajectory]:
     """One expert demonstration per task, recorded exactly as a rollout of the policy would be."""
     demos = []
     for task in tasks:
         env = make_ops_env([task], rewards=rewards, max_steps=max_steps)
-        demos.append(scripted_demonstration(env, task, expert_actions(task, max_steps), tokenizer))
+        actions = expert_actions(task, max_steps, compact=compact_reports)
+        demos.append(scripted_demonstration(env, task, actions, tokenizer))
     return demos
 
 

@@ -98,6 +98,20 @@ def test_expert_scores_high_and_naive_low_on_held_out_tasks_of_every_family() ->
     assert seen == set(FAMILIES)
 
 
+def test_compact_expert_reports_score_the_same_in_under_two_thirds_the_text() -> None:
+    """The compact report drops only what rules causes out: same rubric, same calls before it."""
+    env = OpsAnalysisEnv(n_tasks=2)
+    for seed in HELD_OUT:
+        task_id = f"ops-{seed:04d}"
+        full = run_episode(env, ExpertAgent(), options={"task_id": task_id})
+        compact = run_episode(env, ExpertAgent(compact=True), options={"task_id": task_id})
+        assert compact["info"]["report_score"] == full["info"]["report_score"] == 10.0
+        assert compact["actions"][:-1] == full["actions"][:-1]
+        short, long = (json.loads(e["actions"][-1])["text"] for e in (compact, full))
+        assert len(short) < 2 / 3 * len(long), (short, long)
+        assert "not the cause" not in short and "No campaign" not in short
+
+
 def test_held_out_split_option_draws_held_out_tasks() -> None:
     env = OpsAnalysisEnv(n_tasks=2)
     _, info = env.reset(seed=3, options={"split": "held_out"})

@@ -252,11 +252,19 @@ class ExpertAgent:
     """Queries sales (and last year's), then every evidence source, then reports the cause it finds.
 
     Seasonality is concluded only when nothing else explains the drop and last year's window dipped too.
+    ``compact=True`` writes only the drop and each cause with its numbers (about half the characters,
+    the same rubric score): no sentence ruling a cause out.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, compact: bool = False) -> None:
         self.fields: dict[str, str] = {}
         self.step = 0
+        self.compact = compact
+
+    def _rule_out(self, lines: list[str], text: str) -> None:
+        """A sentence that rules a cause out; a compact report leaves it out."""
+        if not self.compact:
+            lines.append(text)
 
     def reset(self, category: str) -> None:
         self.category, self.fields, self.step = category, {}, 0
@@ -284,9 +292,10 @@ class ExpertAgent:
         def num(key: str, default: float = 0.0) -> float:
             return float(f.get(key, default))
 
+        window = "" if self.compact else " in the last 30 days vs the 30 before"
         lines = [
             f"Sales of {self.category} fell: orders changed {num('orders_change_pct')}% "
-            f"(GMV {num('gmv_change_pct')}%) in the last 30 days vs the 30 before."
+            f"(GMV {num('gmv_change_pct')}%){window}."
         ]
         found = False
         if num("stock_out_days") >= 5:
@@ -297,7 +306,7 @@ class ExpertAgent:
                 f"{int(num('complaints'))} complaints)."
             )
         else:
-            lines.append(f"No stock-out: {int(num('stock_out_days'))} stock-out days.")
+            self._rule_out(lines, f"No stock-out: {int(num('stock_out_days'))} stock-out days.")
         if num("competitor_change_pct") <= -15:
             found = True
             lines.append(
@@ -305,7 +314,7 @@ class ExpertAgent:
                 f"{num('competitor_index')} ({num('competitor_change_pct')}% vs the window before)."
             )
         else:
-            lines.append(f"Competitor prices stayed stable (index {num('competitor_index', 1.0)}).")
+            self._rule_out(lines, f"Competitor prices stayed stable (index {num('competitor_index', 1.0)}).")
         if "campaign_margin" in f and num("campaign_margin") < 0 and num("campaign_discount_pct") >= 30:
             found = True
             lines.append(
@@ -313,14 +322,15 @@ class ExpertAgent:
                 f"demand forward into the previous window and lost money (margin {num('campaign_margin')})."
             )
         else:
-            lines.append("No campaign explains it.")
+            self._rule_out(lines, "No campaign explains it.")
         found = self._shipping(lines, stock_out=num("stock_out_days") >= 5) or found
         if not found:
             found = self._seasonality(lines)
         else:
-            lines.append(
+            self._rule_out(
+                lines,
                 "Seasonality is not the cause "
-                f"(same window last year: {num('last_year_orders_change_pct')}%)."
+                f"(same window last year: {num('last_year_orders_change_pct')}%).",
             )
         if not found:
             lines.append("The cause is unclear from the data.")
@@ -342,7 +352,7 @@ class ExpertAgent:
                 f"customers whose orders came late bought {self.category} again less."
             )
             return True
-        lines.append(f"Deliveries were not late: late delivery rate {n('late_delivery_rate_pct')}%.")
+        self._rule_out(lines, f"Deliveries were not late: late delivery rate {n('late_delivery_rate_pct')}%.")
         return False
 
     def _seasonality(self, lines: list[str]) -> bool:
@@ -355,8 +365,9 @@ class ExpertAgent:
                 f"{int(n('last_year_orders_prev'))} in the 30 days before), a yearly low of {self.category}."
             )
             return True
-        lines.append(
-            f"Seasonality is not the cause (same window last year: {n('last_year_orders_change_pct')}%)."
+        self._rule_out(
+            lines,
+            f"Seasonality is not the cause (same window last year: {n('last_year_orders_change_pct')}%).",
         )
         return False
 
