@@ -124,8 +124,9 @@ class RLConfig(BaseConfig):
         default="episode",
         description="GRPO: 'episode', one group-relative advantage per episode on all its tokens; or "
         "'gigpo' (agent mode), each turn's tokens also get step_weight x the turn's step-level advantage "
-        "(GiGPO: turns of the group's episodes that acted from the same state, i.e. the same prompt, "
-        "actions and observations so far, compared on their discounted return-to-go).",
+        "(GiGPO: turns of the iteration's episodes that acted from the same state, i.e. the same prompt, "
+        "actions and observations so far, compared on their discounted return-to-go). Episodes of a flat "
+        "group still carry zero_std's weight, so their step advantages count only as far as it allows.",
     )
     step_weight: float = Field(
         default=1.0, ge=0, description="'gigpo': weight (omega) of the step-level advantage."
