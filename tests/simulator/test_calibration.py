@@ -264,22 +264,34 @@ def test_offer_shrinkage_needs_campaign_calibration_and_a_method_must_be_known(t
     assert res.exit_code == 2 and "applies to --calibration campaigns only" in res.stderr
     res = CliRunner().invoke(app, [*base, "--calibration", "orders"])
     assert res.exit_code == 2 and "not one of policies, campaigns" in res.stderr
+    res = CliRunner().invoke(app, [*base, "--calibration", "campaigns", "--calibration-fits", "2"])
+    assert res.exit_code == 2 and "--calibration-fits applies to --calibration policies only" in res.stderr
     assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_seed", [11, 12])
+@pytest.mark.parametrize(("world_seed", "fits"), [(11, 1), (12, 2)])
 def test_the_protocol_runs_on_two_world_seeds_and_the_fit_lowers_its_cost(
-    world_seed: int, tmp_path: Path
+    world_seed: int, fits: int, tmp_path: Path
 ) -> None:
-    """Issue 19's second world: the whole fidelity protocol on worlds of two seeds (small, short)."""
+    """Issue 19's second world: the whole fidelity protocol on worlds of two seeds (small, short), the
+    second with two averaged calibration fits."""
     from transferlab.simulator.fidelity_report import run_fidelity
 
     world_logs = generate_logs(LogSpec(days=120, world=WorldConfig(n_customers=600, seed=world_seed)))
     summary = run_fidelity(
-        LearnedSimulator.fit(world_logs), world_logs, tmp_path, episodes=4, deploy_episodes=8, episode=SHORT
+        LearnedSimulator.fit(world_logs),
+        world_logs,
+        tmp_path,
+        episodes=4,
+        deploy_episodes=8,
+        episode=SHORT,
+        fits=fits,
     )
     assert summary["calibration_method"] == "policies" and summary["world_episodes_evaluation"] == 8
+    assert summary["calibration_fits"] == fits
+    last = LearnedSimulator.load(tmp_path / "calibrated_sim").report["calibration"][-1]
+    assert len(last.get("fits", [None])) == fits
     for key in ("tau_before", "tau_after", "tau_ceiling"):
         assert -1.0 <= summary[key] <= 1.0, key
     costs = LearnedSimulator.load(tmp_path / "calibrated_sim").report["calibration"][-1]["costs"]

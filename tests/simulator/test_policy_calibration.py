@@ -12,6 +12,7 @@ from transferlab.simulator.logs import Logs, LogSpec, generate_logs
 from transferlab.simulator.market import CATALOG, SEGMENTS, CampaignAction, catalog_index
 from transferlab.simulator.policies import NoCampaign, Policy, Schedule
 from transferlab.simulator.policy_calibration import (
+    FIT_SEED_STRIDE,
     MIN_RETURN_SE,
     RESPONSE_SHIFTS,
     PolicyCalibrationError,
@@ -121,6 +122,32 @@ def test_a_simulator_is_pulled_toward_a_world_that_is_itself_shifted(sim: Learne
     assert gap(after) < 0.5 * gap(before)
     assert fixed.report["calibration"][-1]["costs"][-1] < fixed.report["calibration"][-1]["costs"][0]
     assert np.array_equal(sim.params.base, base)  # the input simulator is untouched
+
+
+def test_averaged_fits_are_the_mean_of_the_single_fits(sim: LearnedSimulator) -> None:
+    """fits=2 moves the simulator by the mean of the fits at ``seed`` and ``seed + FIT_SEED_STRIDE``,
+    and records each one."""
+    panel: dict[str, Policy] = {
+        "none": NoCampaign(),
+        "weekly": Schedule(7, CATALOG[catalog_index(CampaignAction(0.1, 20, "all", 60.0))], horizon=14),
+    }
+    truth = LearnedSimulator(sim.config, shifted_params(sim.params, theta(level=0.3)), sim.report)
+    world = simulated_policies(truth, panel, n_customers=400, episodes=8, seed=1, episode=SHORT)
+    for v in world.values():
+        v["return_se"] = 0.3
+    kw = {"n_customers": 400, "episodes": 8, "episode": SHORT, "iterations": 2}
+    one = [
+        calibrate_policies(sim, world, panel, seed=s, **kw).report["calibration"][-1]["shifts"]  # type: ignore[arg-type]
+        for s in (2, 2 + FIT_SEED_STRIDE)
+    ]
+    both = calibrate_policies(sim, world, panel, seed=2, fits=2, **kw).report["calibration"][-1]  # type: ignore[arg-type]
+    assert [f["seed"] for f in both["fits"]] == [2, 2 + FIT_SEED_STRIDE]
+    assert [f["shifts"] for f in both["fits"]] == one
+    assert one[0] != one[1]  # the two fits differ, so the mean is not either one
+    for k in RESPONSE_SHIFTS:
+        assert both["shifts"][k] == pytest.approx((one[0][k] + one[1][k]) / 2, abs=1e-4)
+    with pytest.raises(PolicyCalibrationError, match="fits=0"):
+        calibrate_policies(sim, world, panel, seed=2, fits=0, **kw)  # type: ignore[arg-type]
 
 
 def test_a_deployment_without_a_policy_is_refused(sim: LearnedSimulator) -> None:

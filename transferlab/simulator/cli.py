@@ -403,6 +403,15 @@ def fidelity_command(
             "orders, then match the shop's GMV and profit.",
         ),
     ] = "policies",
+    calibration_fits: Annotated[
+        int,
+        typer.Option(
+            "--calibration-fits",
+            min=1,
+            help="With --calibration policies: fit this many times on other simulation seeds and "
+            "average the shifts (one fit carries its own simulation noise; 4 is a good choice).",
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Rank policies in the learned simulator and in the world, calibrate on one panel's deployment, and
@@ -417,6 +426,8 @@ def fidelity_command(
         fail(f"--calibration {calibration!r} is not one of {', '.join(CALIBRATION_METHODS)}")
     if offer_shrinkage is not None and calibration != "campaigns":
         fail("--offer-shrinkage applies to --calibration campaigns only: add it or drop --offer-shrinkage")
+    if calibration_fits != 1 and calibration != "policies":
+        fail("--calibration-fits applies to --calibration policies only: drop it or use policies")
     if out.exists() and any(out.iterdir()):
         fail(f"{out} already exists and is not empty: choose a new --out or remove it")
     try:
@@ -436,6 +447,7 @@ def fidelity_command(
         + "".join(f" --policy {path}" for path in policy or [])
         + (f" --calibration {calibration}" if calibration != "policies" else "")
         + (f" --offer-shrinkage {offer_shrinkage:g}" if offer_shrinkage is not None else "")
+        + (f" --calibration-fits {calibration_fits}" if calibration_fits != 1 else "")
     )
     summary = run_fidelity(
         sim,
@@ -449,6 +461,7 @@ def fidelity_command(
         evaluation=evaluation,
         offer_shrinkage=offer_shrinkage,
         method=calibration,
+        fits=calibration_fits,
     )
     if as_json:
         print(json.dumps(summary))

@@ -115,6 +115,7 @@ def run_fidelity(
     command: str = "transferlab sim fidelity",
     offer_shrinkage: float | None = None,
     method: str = "policies",
+    fits: int = 1,
 ) -> dict[str, Any]:
     """Compare, calibrate on one panel, compare again on both; write the report into ``out``; returns
     the summary (the evaluation panel's figures are the out-of-sample ones).
@@ -127,9 +128,12 @@ def run_fidelity(
     ``method``: ``policies`` (default) fits the simulator's structural shifts to each deployed policy's
     return, orders and complaints (:func:`~transferlab.simulator.policy_calibration.calibrate_policies`);
     ``campaigns`` shifts each action's offer by its campaigns' orders, then matches the shop's GMV and
-    profit (:func:`calibrate`, :func:`calibrate_economics`; ``offer_shrinkage`` applies to it)."""
+    profit (:func:`calibrate`, :func:`calibrate_economics`; ``offer_shrinkage`` applies to it).
+    ``fits`` (``policies`` only): independent fits whose shifts are averaged."""
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"calibration method {method!r} is not one of {CALIBRATION_METHODS}")
+    if fits != 1 and method != "policies":
+        raise ValueError(f"fits={fits} applies to the 'policies' calibration only, not {method!r}")
     say = progress or (lambda _msg: None)
     out = Path(out)
     shrinkage = OFFER_SHRINKAGE if offer_shrinkage is None else offer_shrinkage
@@ -174,6 +178,7 @@ def run_fidelity(
             n_customers=n_customers,
             seed=seed + 2000,
             episode=episode,
+            fits=fits,
             progress=say,
         )
     else:
@@ -217,6 +222,7 @@ def run_fidelity(
         "calibration_campaigns": len(deployed.observed),
         "offer_shrinkage": shrinkage if math.isfinite(shrinkage) else "inf",
         "calibration_method": method,
+        "calibration_fits": fits,
         **_calibration_figures(calibrated.report["calibration"][-1]),
         "before": before.summary(),
         "after": after.summary(),
@@ -302,9 +308,18 @@ def _write_report(
         report.paragraph(
             f"Fitted to the deployment of the {last['policies']} calibration-panel policies: each one's "
             "return, orders and complaints per episode (damped Gauss-Newton with a ridge; cost by "
-            f"iteration {', '.join(f'{c:.0f}' for c in last['costs'])}). The structural shifts:"
+            f"iteration {', '.join(f'{c:.0f}' for c in last['costs'])}). The structural shifts"
+            + (
+                f", the mean of {len(last['fits'])} fits on other simulation seeds (each below):"
+                if "fits" in last
+                else ":"
+            )
         )
-        report.table([{"shift": k, "value": v} for k, v in last["shifts"].items()])
+        shift_rows: list[dict[str, Any]] = [{"shift": k, "value": v} for k, v in last["shifts"].items()]
+        for f in last.get("fits", []):
+            for row in shift_rows:
+                row[f"fit seed {f['seed']}"] = f["shifts"][row["shift"]]
+        report.table(shift_rows)
     else:
         top = sorted(last["shifts"].items(), key=lambda kv: -abs(kv[1]))[:10]
         report.paragraph(
