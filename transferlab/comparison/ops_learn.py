@@ -88,10 +88,12 @@ def _ops_learn_rl() -> RLConfig:
         steps=32,
         tasks_per_step=8,
         group_size=4,
-        lr=5e-5,
-        kl_coef=0.05,
+        advantage="gigpo",
+        lr=1e-4,
+        kl_coef=0.1,
         loss_agg="seq_mean_token_mean",
         temperature=0.7,
+        loss_temperature="sampling",
         max_new_tokens=224,
         max_context=1536,
         max_steps=8,
@@ -112,7 +114,7 @@ class OpsLearnConfig(ModelChoice):
     )
     sft_tasks: int = Field(default=40, ge=1, description="Training scenarios with an expert demonstration.")
     compact_reports: bool = Field(
-        default=False,
+        default=True,
         description="The expert's demonstrated reports name the drop and each cause with its numbers and "
         "rule nothing out (about 200 characters instead of 400; the same rubric score).",
     )
@@ -133,7 +135,7 @@ class OpsLearnConfig(ModelChoice):
         description="GRPO on the undemonstrated training scenarios; env_factory must stay OPS_ENV_FACTORY.",
     )
     curve_every: int = Field(
-        default=8, ge=0, description="RL steps between held-out points of the learning curve; 0 = none."
+        default=16, ge=0, description="RL steps between held-out points of the learning curve; 0 = none."
     )
     eval_episodes: int = Field(default=2, ge=1, description="Held-out episodes per scenario (both arms).")
     eval_temperature: float = Field(default=0.7, gt=0, description="Sampling temperature on held-out.")
@@ -177,10 +179,12 @@ def ops_learn_smoke() -> OpsLearnConfig:
 
 OPS_LEARN_PRESETS: dict[str, OpsLearnConfig] = {
     # cpu: 1024 RL episodes per seed, as many as coding's agent-learn. Sparse rewards (2 x rubric at
-    # the end, -5 without a report) sampled at T=0.7 with lr 5e-5 (probe, seed 0, 60 held-out
-    # episodes: SFT 0.33, RL step 10 0.35, step 20 0.27). The dense table at T=1.0 and lr 1e-4 took
-    # held-out success from 0.33 to 0.20 in 15 steps, blaming absent causes in 27 of 60 reports instead
-    # of 12; at T=1.0 the SFT policy's own reports succeed in under 10% of training episodes.
+    # the end, -5 without a report) sampled at T=0.7. Compact demonstrated reports (about 200
+    # characters): with the expert's 400-character reports a quarter of the SFT policy's held-out
+    # episodes broke the report twice and ran out of calls (docs/pilots/ops_learn.md); compact ones
+    # took seed 0's SFT from 0.225 to 0.383. GiGPO step credit at lr 1e-4, KL 0.1 and the loss at the
+    # sampling temperature: from that start 0.458, where the episode advantage at lr 5e-5, KL 0.05
+    # (the earlier preset) fell to 0.258 by blaming absent causes twice as often.
     "cpu": OpsLearnConfig(),
     "smoke": ops_learn_smoke(),
 }
@@ -576,9 +580,11 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
         [
             f"scenarios: {tasks['train']} training (expert demonstrations for the first "
             f"{config.sft_tasks}; RL practises on the other {tasks['rl']}) and {tasks['held_out']} held-out",
-            f"{policy_line(config.policy, start)}; SFT {config.sft.steps} steps x {config.sft.batch_size}",
-            f"RL: {rl.algo.upper()}, {rl.rewards} rewards, {rl.steps} steps x {rl.tasks_per_step} "
-            f"scenarios x G={rl.group_size}, lr {rl.lr}, KL {rl.kl_coef}, temperature {rl.temperature}",
+            f"{policy_line(config.policy, start)}; SFT {config.sft.steps} steps x {config.sft.batch_size}"
+            f" on {'compact' if config.compact_reports else 'full'} expert reports",
+            f"RL: {rl.algo.upper()} ({rl.advantage} advantage), {rl.rewards} rewards, {rl.steps} steps x "
+            f"{rl.tasks_per_step} scenarios x G={rl.group_size}, lr {rl.lr}, KL {rl.kl_coef}, temperature "
+            f"{rl.temperature} (loss at {'it' if rl.loss_temperature == 'sampling' else 'T=1'})",
             f"episodes: up to {rl.max_steps} tool calls, {rl.max_new_tokens} tokens per call, context "
             f"{rl.max_context} tokens; held-out at temperature {config.eval_temperature}",
             f"seeds: {', '.join(map(str, config.seeds))}; held-out: {config.eval_episodes} episodes per "
