@@ -292,6 +292,9 @@ def test_the_protocol_runs_on_two_world_seeds_and_the_fit_lowers_its_cost(
     assert summary["calibration_fits"] == fits
     last = LearnedSimulator.load(tmp_path / "calibrated_sim").report["calibration"][-1]
     assert len(last.get("fits", [None])) == fits
+    text = (tmp_path / "report.md").read_text()
+    assert ("the first fit's cost by iteration" in text) == (fits > 1)
+    assert ("fit seed 3000" in text) == (fits > 1)  # a column per averaged fit: seeds 2000, 3000
     for key in ("tau_before", "tau_after", "tau_ceiling"):
         assert -1.0 <= summary[key] <= 1.0, key
     costs = LearnedSimulator.load(tmp_path / "calibrated_sim").report["calibration"][-1]["costs"]

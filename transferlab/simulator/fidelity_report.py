@@ -307,8 +307,9 @@ def _write_report(
     if last.get("method") == "policies":
         report.paragraph(
             f"Fitted to the deployment of the {last['policies']} calibration-panel policies: each one's "
-            "return, orders and complaints per episode (damped Gauss-Newton with a ridge; cost by "
-            f"iteration {', '.join(f'{c:.0f}' for c in last['costs'])}). The structural shifts"
+            "return, orders and complaints per episode (damped Gauss-Newton with a ridge; "
+            + ("the first fit's " if "fits" in last else "")
+            + f"cost by iteration {', '.join(f'{c:.0f}' for c in last['costs'])}). The structural shifts"
             + (
                 f", the mean of {len(last['fits'])} fits on other simulation seeds (each below):"
                 if "fits" in last
