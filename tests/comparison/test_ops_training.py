@@ -131,3 +131,37 @@ def test_train_ops_refuses_a_coding_env() -> None:
     bad = config.model_copy(update={"rl": config.rl.model_copy(update={"env_factory": None})})
     with pytest.raises(ValueError, match="env_factory"):
         ot.train_ops(bad, "unused")
+
+
+def test_undemonstrated_practice_trains_rl_only_on_scenarios_sft_never_showed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer
+) -> None:
+    seen: dict[str, list[str]] = {}
+    real_rl, real_data = ot.train_rl, ot.make_ops_sft_data
+
+    def data_spy(tok, tasks, *args, **kwargs):
+        seen["sft"] = [t.task_id for t in tasks]
+        seen["compact"] = [kwargs.get("compact_reports")]
+        return real_data(tok, tasks, *args, **kwargs)
+
+    def rl_spy(model, tok, tasks, *args, **kwargs):
+        seen["rl"] = [t.task_id for t in tasks]
+        return real_rl(model, tok, tasks, *args, **kwargs)
+
+    monkeypatch.setattr(ot, "make_ops_sft_data", data_spy)
+    monkeypatch.setattr(ot, "train_rl", rl_spy)
+    config = ot.ops_test_config().model_copy(
+        update={"train_tasks": 4, "sft_tasks": 2, "practice": "undemonstrated", "compact_reports": True}
+    )
+    config = ot.OpsTrainingConfig.model_validate(config.model_dump())
+    init = ot.fresh_policy(config, tokenizer, tmp_path / "init")
+    ot.train_ops(config, tmp_path / "run", init_from=init)
+    train, _ = ot.ops_tasks(4, 2)
+    assert seen["sft"] == [t.task_id for t in train[:2]]
+    assert seen["rl"] == [t.task_id for t in train[2:]]
+    assert seen["compact"] == [True]
+
+
+def test_undemonstrated_practice_needs_a_scenario_sft_did_not_show() -> None:
+    with pytest.raises(ValueError, match="raise train_tasks or use practice='all'"):
+        ot.OpsTrainingConfig(train_tasks=40, sft_tasks=40, practice="undemonstrated")

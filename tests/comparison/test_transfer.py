@@ -237,3 +237,15 @@ def test_resuming_a_transfer_run_another_process_owns_is_one_error_line(
     with pytest.raises(SystemExit) as exit_info:
         tr.main(["--preset", "smoke", "--resume", str(tmp_path)])
     assert exit_info.value.code == 2 and "not a run directory" in capsys.readouterr().err
+
+
+def test_cpu_preset_ops_budget_is_the_ops_learn_recipe() -> None:
+    """Both arms train on ops exactly as `transferlab ops experiment learn --preset cpu` does."""
+    from transferlab.comparison.ops_learn import OpsLearnConfig
+
+    ops, recipe = tr.TransferConfig().ops, OpsLearnConfig()
+    assert (ops.train_tasks, ops.sft_tasks, ops.held_out_tasks) == (200, 40, 60)
+    assert ops.practice == "undemonstrated" and ops.compact_reports is recipe.compact_reports is True
+    assert ops.sft == recipe.sft and ops.policy == recipe.policy
+    assert ops.rl == recipe.rl.model_copy(update={"checkpoint_every": 0})
+    assert (ops.eval_every, ops.eval_episodes, ops.eval_temperature) == (16, 2, 0.7)

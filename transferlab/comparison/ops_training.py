@@ -39,10 +39,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
@@ -119,6 +119,25 @@ class OpsTrainingConfig(BaseConfig):
         default=1.0, ge=0, description="Sampling temperature of held-out episodes (0 = greedy)."
     )
     eval_start: bool = Field(default=True, description="Also evaluate before any ops training.")
+    compact_reports: bool = Field(
+        default=False,
+        description="The demonstrated reports name the drop and each cause with its numbers and rule "
+        "nothing out (about 200 characters instead of 400; the same rubric score).",
+    )
+    practice: Literal["all", "undemonstrated"] = Field(
+        default="all",
+        description="GRPO practises on every training scenario ('all') or only on those SFT never "
+        "showed ('undemonstrated', the ops-learn recipe; needs sft_tasks < train_tasks).",
+    )
+
+    @model_validator(mode="after")
+    def _check_practice(self) -> Self:
+        if self.practice == "undemonstrated" and self.sft_tasks >= self.train_tasks:
+            raise ValueError(
+                f"practice='undemonstrated' needs sft_tasks ({self.sft_tasks}) below train_tasks "
+                f"({self.train_tasks}): raise train_tasks or use practice='all'"
+            )
+        return self
 
 
 def ops_test_config(seed: int = 0) -> OpsTrainingConfig:
@@ -381,7 +400,7 @@ def _initial(config: OpsTrainingConfig, train: list[OpsTask], init_from: Path | 
     if init_from is not None:
         model, tokenizer = load_policy(init_from)
         return model, tokenizer
-    tokenizer = shared_tokenizer(train, config.vocab_size)
+    tokenizer = shared_tokenizer(train[: config.sft_tasks], config.vocab_size)
     return config.policy.model_copy(update={"seed": config.seed}).create(tokenizer), tokenizer
 
 
@@ -426,7 +445,9 @@ def train_ops(
     curve: list[dict[str, Any]] = []
     if config.eval_start:
         curve.append(_point("start", -1, 0.0, evaluate(model)))
-    demos = make_ops_sft_data(tokenizer, train[: config.sft_tasks], rl.max_steps, rl.rewards)
+    demos = make_ops_sft_data(
+        tokenizer, train[: config.sft_tasks], rl.max_steps, rl.rewards, compact_reports=config.compact_reports
+    )
     sft_loss = train_sft(model, tokenizer, demos, config.sft.model_copy(update={"seed": config.seed}), log)
     sft_eval = evaluate(model)
     curve.append(_point("sft", -1, 0.0, sft_eval))
@@ -441,8 +462,9 @@ def train_ops(
         curve.append(_point("rl", step, (step + 1) * episodes_per_step, ev))
         return ev.summary()
 
+    practice = train[config.sft_tasks :] if config.practice == "undemonstrated" else train
     result = train_rl(
-        model, tokenizer, train, rl, run_dir / "rl", log, on_step=on_step, step_offset=config.sft.steps + 1
+        model, tokenizer, practice, rl, run_dir / "rl", log, on_step=on_step, step_offset=config.sft.steps + 1
     )
     save_policy(result.model, tokenizer, run_dir / "policy")
     if own_logger:

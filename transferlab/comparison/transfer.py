@@ -73,7 +73,7 @@ from transferlab.coding_rl.policies.model import save_policy
 from transferlab.coding_rl.tasks.toy import OPERATIONS
 from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
-from transferlab.comparison.ops_learn import per_task
+from transferlab.comparison.ops_learn import OpsLearnConfig, per_task
 from transferlab.comparison.ops_training import (
     OpsTrainingConfig,
     PrefixLogger,
@@ -99,34 +99,62 @@ STAGES = ("start", "sft", "first_rl", "end")
 
 
 def _coding_rl() -> RLConfig:
-    """The dense-vs-sparse experiment's GRPO settings, with rollouts inline and no checkpoints."""
+    """The dense-vs-sparse experiment's GRPO settings with sparse rewards, rollouts inline and no
+    checkpoints. Sparse, because from the SFT policy below dense rewards took seed 0's held-out
+    coding success from 0.25 to 0.00 in 30 steps (docs/pilots/transfer_source.md)."""
     from transferlab.coding_rl.experiments.agent import AgentExperimentConfig
 
     return AgentExperimentConfig().rl.model_copy(
-        update={"checkpoint_every": 0, "rollout_backend": "inline", "rollout_workers": 1}
+        update={"checkpoint_every": 0, "rollout_backend": "inline", "rollout_workers": 1, "rewards": "sparse"}
     )
+
+
+def _coding_sft() -> SFTConfig:
+    """Ops-learn's SFT recipe (cosine schedule, the copy and context terms a from-scratch policy needs
+    to quote the file it read): on every training repository it took seed 0's held-out coding success
+    from 0.25 (150 constant-lr steps on 20 demos) to 0.96 (docs/pilots/transfer_source.md)."""
+    return SFTConfig(steps=400, batch_size=8, lr=3e-3, schedule="cosine", context_weight=0.5, copy_weight=0.5)
 
 
 class CodingPretrainConfig(BaseConfig):
-    """Arm A's coding stage: the dense-vs-sparse experiment's SFT + GRPO on CodeRepair-v0 toy repos."""
+    """Arm A's coding stage: SFT on expert repairs of every training toy repository, then GRPO
+    (sparse rewards) on CodeRepair-v0 toy repos."""
 
     operations: list[str] = Field(default=sorted(OPERATIONS), min_length=1, description="Toy operations.")
     held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of coding tasks held out.")
-    demo_tasks: int = Field(default=20, ge=1, description="Coding training tasks with an expert demo.")
-    sft: SFTConfig = Field(
-        default_factory=lambda: SFTConfig(steps=150, batch_size=8, lr=3e-3), description="Coding SFT."
+    demo_tasks: int = Field(
+        default=44,
+        ge=1,
+        description="Coding training tasks with an expert demo (44: all of the six operations').",
     )
-    rl: RLConfig = Field(default_factory=_coding_rl, description="Coding GRPO (dense rewards).")
+    sft: SFTConfig = Field(default_factory=_coding_sft, description="Coding SFT.")
+    rl: RLConfig = Field(default_factory=_coding_rl, description="Coding GRPO (sparse rewards).")
     eval_episodes: int = Field(default=2, ge=1, description="Held-out coding episodes per task.")
     backend: str = Field(default="forkserver", description="Sandbox backend.")
 
 
 def _transfer_ops() -> OpsTrainingConfig:
-    """The ops budget of the CPU preset: ops training's defaults, scored on 60 held-out scenarios (the
-    ops-learn experiment's held-out split, 120 episodes per arm and seed) so that a 10-point difference
-    is within reach of the (seed, scenario)-clustered interval; held-out points after SFT, after 10 GRPO
-    steps and at the end."""
-    return OpsTrainingConfig(held_out_tasks=60, eval_every=10)
+    """The ops budget of the CPU preset: the ops-learn recipe (``transferlab ops experiment learn
+    --preset cpu``: SFT on 40 compact expert reports, GRPO with GiGPO step credit on 160 undemonstrated
+    scenarios, 1,024 episodes), scored on its 60 held-out scenarios (120 episodes per arm and seed, the
+    same sampling seed and temperature) so that a 10-point difference is within reach of the
+    seed-clustered interval; held-out points before training, after SFT, after 16 GRPO steps and at
+    the end. Only ``checkpoint_every`` differs (0: an ops arm is redone whole on resume)."""
+    recipe = OpsLearnConfig()
+    return OpsTrainingConfig(
+        train_tasks=recipe.train_tasks,
+        sft_tasks=recipe.sft_tasks,
+        held_out_tasks=recipe.held_out_tasks,
+        compact_reports=recipe.compact_reports,
+        practice="undemonstrated",
+        policy=recipe.policy,
+        vocab_size=recipe.vocab_size,
+        sft=recipe.sft,
+        rl=recipe.rl.model_copy(update={"checkpoint_every": 0}),
+        eval_every=recipe.curve_every,
+        eval_episodes=recipe.eval_episodes,
+        eval_temperature=recipe.eval_temperature,
+    )
 
 
 class TransferConfig(ModelChoice):
@@ -388,7 +416,9 @@ def _tokenizer(directory: Path, config: TransferConfig) -> Any:
     if (directory / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(directory))
     train, _ = ops_tasks(config.ops.train_tasks, config.ops.held_out_tasks)
-    tokenizer = shared_tokenizer(train, config.ops.vocab_size, config.coding.operations)
+    tokenizer = shared_tokenizer(
+        train[: config.ops.sft_tasks], config.ops.vocab_size, config.coding.operations
+    )
     tokenizer.save_pretrained(str(directory))
     return tokenizer
 
@@ -722,6 +752,7 @@ def _settings(
     start: StartModel | None = None,
 ) -> None:
     ops, cc = config.ops, config.coding
+    practice = "the undemonstrated" if ops.practice == "undemonstrated" else "all"
     policy = (
         f"policy: {start.describe()} with its own tokenizer and chat template, the start of both arms"
         if start is not None
@@ -734,12 +765,14 @@ def _settings(
             policy,
             f"coding stage (arm A only): toy repositories ({', '.join(cc.operations)}), "
             f"SFT on {cc.demo_tasks} "
-            f"expert episodes x {cc.sft.steps} steps, GRPO {cc.rl.steps} steps x {cc.rl.tasks_per_step} "
-            f"tasks x G={cc.rl.group_size}",
+            f"expert episodes x {cc.sft.steps} steps ({cc.sft.schedule} lr), GRPO {cc.rl.steps} steps x "
+            f"{cc.rl.tasks_per_step} tasks x G={cc.rl.group_size} ({cc.rl.rewards} rewards)",
             f"ops budget (both arms): {ops.train_tasks} training / {ops.held_out_tasks} held-out scenarios; "
-            f"SFT on {ops.sft_tasks} expert episodes, {ops.sft.steps} steps x {ops.sft.batch_size}; GRPO "
-            f"{ops.rl.steps} steps x {ops.rl.tasks_per_step} tasks x G={ops.rl.group_size} "
-            f"({ops.rl.rewards} rewards), {ops.eval_episodes} held-out episodes per task",
+            f"SFT on {ops.sft_tasks} {'compact ' if ops.compact_reports else ''}expert episodes, "
+            f"{ops.sft.steps} steps x {ops.sft.batch_size}; GRPO {ops.rl.steps} steps x "
+            f"{ops.rl.tasks_per_step} tasks x G={ops.rl.group_size} ({ops.rl.rewards} rewards, "
+            f"{ops.rl.advantage} advantage) on {practice} training scenarios, "
+            f"{ops.eval_episodes} held-out episodes per task at T={ops.eval_temperature}",
             f"seeds: {', '.join(map(str, config.seeds))}",
             f"wall time: {summary['seconds'] / 60:.1f} min on this machine",
             f"run directory: {run_dir}",
