@@ -2,11 +2,12 @@
 
 Per seed, two arms with the same architecture, tokenizer and ops budget (the same
 :class:`~transferlab.comparison.ops_training.OpsTrainingConfig`: SFT examples and steps,
-GRPO steps x tasks x group size):
+GRPO steps x tasks x group size; in the ``cpu`` preset, ops-learn's recipe field for field):
 
 * **transfer (A)**: a policy trained on `transferlab/CodeRepair-v0` toy repositories (SFT on the
-  coding expert's read / edit / test / submit episodes, then multi-turn GRPO: the coding experiments'
-  pieces), then fine-tuned on `transferlab/OpsAnalysis-v0` with :func:`train_ops`;
+  coding expert's read / edit / test / submit episodes of every training repository, then multi-turn
+  GRPO with sparse rewards: the coding experiments' pieces), then fine-tuned on
+  `transferlab/OpsAnalysis-v0` with :func:`train_ops`;
 * **scratch (B)**: a freshly initialised policy trained on OpsAnalysis-v0 with :func:`train_ops`.
 
 Both arms start from the tiny from-scratch policy (``ops.policy``) on one BPE trained here on coding
