@@ -11,8 +11,8 @@ not in docs/results/.
     python scripts/transfer_source_pilot.py OUT rl.steps=0 --seed 1  # SFT only, another seed
 
 ``field=value`` pairs change ``CodingPretrainConfig`` (``sft.x`` / ``rl.x`` its SFT and GRPO settings;
-``rl.steps=0`` skips GRPO). The result goes to ``OUT/pilot.json``; the tokenizer is trained once in
-``OUT/tokenizer`` as the transfer experiment trains it.
+``rl.steps=0`` skips GRPO). The result goes to ``OUT/pilot-<changes>-seed<N>.json``; the tokenizer is
+trained once in ``OUT/tokenizer`` as the transfer experiment trains it.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def changed_stage(changes: dict[str, Any], seed: int) -> tuple[Any, Any, int]:
 
     config = TransferConfig()
     data = config.coding.model_dump()
-    rl_steps = int(changes.get("rl", {}).pop("steps", data["rl"]["steps"]))
+    rl_steps = int(changes.get("rl", {}).get("steps", data["rl"]["steps"]))
     for key, value in changes.items():
         if isinstance(value, dict):
             data[key].update(value)
@@ -63,45 +63,34 @@ def changed_stage(changes: dict[str, Any], seed: int) -> tuple[Any, Any, int]:
 
 
 def scores(model: Any, tokenizer: Any, held: list[Any], stage: Any, sandbox: Any) -> dict[str, float]:
-    """Held-out success, habit shares and the habits among episodes that changed a file."""
-    from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-    from transferlab.coding_rl.policies.generation import SamplingConfig
-    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
-    from transferlab.comparison.transfer import habit_shares, habits_when_writing
+    """Held-out success, habit shares and the habits among episodes that changed a file (the transfer
+    experiment's own scoring, :func:`~transferlab.comparison.transfer.coding_scores`)."""
+    from statistics import mean
 
-    rl = stage.rl
-    flat = [t for t in held for _ in range(stage.eval_episodes)]
-    envs = [CodeRepairEnv(held, max_steps=rl.max_steps, sandbox=sandbox) for _ in flat]
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=rl.max_new_tokens, seed=12_345)
-    trajs = policy_episodes(model, tokenizer, envs, flat, sampling, rl.max_context)
-    success = sum(bool(t.steps[-1].info.get("success")) for t in trajs) / len(trajs)
-    writing = {f"when_writing/{k}": v for k, v in habits_when_writing(trajs).items()}
-    return {"success": success, **habit_shares(trajs), **writing}
+    from transferlab.comparison.transfer import coding_scores
+
+    got = coding_scores(model, tokenizer, held, stage, sandbox)
+    writing = {f"when_writing/{k}": v for k, v in got["habits_when_writing"].items()}
+    return {"success": mean(got["held_out"]), **got["habits"], **writing}
 
 
 def run(out: Path, changes: dict[str, Any], seed: int) -> dict[str, Any]:
     """SFT then (unless ``rl.steps=0``) GRPO on the coding stage; scores after each."""
-    from transferlab.coding_rl.env.code_repair import CodeRepairEnv
     from transferlab.coding_rl.experiments.common import opened_sandbox
-    from transferlab.coding_rl.tasks.toy import toy_repo_plan, toy_repo_tasks
-    from transferlab.coding_rl.trainers.demos import scripted_demonstration, train_sft
+    from transferlab.coding_rl.trainers.demos import train_sft
     from transferlab.coding_rl.trainers.rl import train_rl
-    from transferlab.comparison.transfer import _tokenizer
+    from transferlab.comparison.transfer import _tokenizer, coding_demos, coding_tasks
     from transferlab.platform.metrics import MemoryLogger
 
     torch.set_num_threads(1)
     config, stage, rl_steps = changed_stage(changes, seed)
     tokenizer = _tokenizer(out / "tokenizer", config)
-    train, held = toy_repo_tasks(stage.held_out_fraction, 0, tuple(stage.operations))
+    train, held = coding_tasks(stage)
     t0 = time.perf_counter()
     result: dict[str, Any] = {"seed": seed, "changes": changes, "coding": stage.model_dump()}
     with opened_sandbox(stage.backend) as sandbox:
         model = config.ops.policy.model_copy(update={"seed": seed}).create(tokenizer)
-        env = CodeRepairEnv(train, sandbox=sandbox, max_steps=stage.rl.max_steps)
-        demos = [
-            scripted_demonstration(env, t, toy_repo_plan(t), tokenizer) for t in train[: stage.demo_tasks]
-        ]
-        train_sft(model, tokenizer, demos, stage.sft, MemoryLogger())
+        train_sft(model, tokenizer, coding_demos(stage, train, tokenizer, sandbox), stage.sft, MemoryLogger())
         result["sft"] = scores(model, tokenizer, held, stage, sandbox)
         print("after SFT:", result["sft"], flush=True)
         if rl_steps > 0:
@@ -115,7 +104,7 @@ def run(out: Path, changes: dict[str, Any], seed: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="Directory for pilot.json and the tokenizer.")
+    parser.add_argument("out", type=Path, help="Directory for the pilot JSON and the tokenizer.")
     parser.add_argument("changes", nargs="*", help="field=value changes of CodingPretrainConfig.")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

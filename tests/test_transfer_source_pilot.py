@@ -32,7 +32,8 @@ def test_the_previous_preset_is_reachable_and_rl_steps_zero_skips_grpo() -> None
     _, stage, rl_steps = pilot.changed_stage(changes, seed=3)
     assert (stage.demo_tasks, stage.sft.steps, stage.sft.context_weight) == (20, 150, 0.0)
     assert stage.sft.copy_weight == 0.5  # untouched: the cpu preset's
-    assert stage.rl.rewards == "dense" and rl_steps == 0
+    assert stage.rl.rewards == "dense" and rl_steps == 0 and stage.rl.steps == 1
+    assert changes["rl"]["steps"] == 0  # the pilot's record keeps what was asked
     assert stage.sft.seed == stage.rl.seed == 3
     _, preset, steps = pilot.changed_stage({}, seed=0)
     assert (preset.demo_tasks, preset.sft.steps, preset.rl.rewards, steps) == (44, 400, "sparse", 30)

@@ -271,6 +271,44 @@ def habits_when_writing(trajs: Sequence[Trajectory]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------- arms
 
 
+def coding_tasks(cc: CodingPretrainConfig) -> tuple[list[Any], list[Any]]:
+    """The coding stage's training and held-out toy repositories."""
+    from transferlab.coding_rl.tasks.toy import toy_repo_tasks
+
+    return toy_repo_tasks(cc.held_out_fraction, 0, tuple(cc.operations))
+
+
+def coding_demos(cc: CodingPretrainConfig, train: list[Any], tokenizer: Any, sandbox: Any) -> list[Any]:
+    """The expert's repairs of the first ``cc.demo_tasks`` training repositories (SFT examples)."""
+    from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+    from transferlab.coding_rl.tasks.toy import toy_repo_plan
+    from transferlab.coding_rl.trainers.demos import scripted_demonstration
+
+    env = CodeRepairEnv(train, sandbox=sandbox, max_steps=cc.rl.max_steps)
+    return [scripted_demonstration(env, t, toy_repo_plan(t), tokenizer) for t in train[: cc.demo_tasks]]
+
+
+def coding_scores(
+    model: Any, tokenizer: Any, held: list[Any], cc: CodingPretrainConfig, sandbox: Any
+) -> dict[str, Any]:
+    """Held-out coding episodes (``cc.eval_episodes`` per repository, T=1, sampling seed 12,345):
+    success per episode, the habit shares and the habits among episodes that changed a file."""
+    from transferlab.coding_rl.env.code_repair import CodeRepairEnv
+    from transferlab.coding_rl.policies.generation import SamplingConfig
+    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
+
+    rl = cc.rl
+    flat = [t for t in held for _ in range(cc.eval_episodes)]
+    envs = [CodeRepairEnv(held, max_steps=rl.max_steps, sandbox=sandbox) for _ in flat]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=rl.max_new_tokens, seed=12_345)
+    trajs = policy_episodes(model, tokenizer, envs, flat, sampling, rl.max_context)
+    return {
+        "held_out": [float(bool(t.steps[-1].info.get("success"))) for t in trajs],
+        "habits": habit_shares(trajs),
+        "habits_when_writing": habits_when_writing(trajs),
+    }
+
+
 def coding_arm(
     exp: Any,
     config: TransferConfig,
@@ -283,35 +321,24 @@ def coding_arm(
 
     It trains a copy of ``start`` when given, else a fresh tiny ``config.ops.policy`` seeded by ``seed``.
     """
-    from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-    from transferlab.coding_rl.policies.generation import SamplingConfig
-    from transferlab.coding_rl.tasks.toy import toy_repo_plan, toy_repo_tasks
-    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
-    from transferlab.coding_rl.trainers.demos import scripted_demonstration, train_sft
+    from transferlab.coding_rl.trainers.demos import train_sft
     from transferlab.coding_rl.trainers.rl import train_rl
 
     cc, arm = config.coding, f"coding-seed{seed}"
-    train, held = toy_repo_tasks(cc.held_out_fraction, 0, tuple(cc.operations))
+    train, held = coding_tasks(cc)
     if start is not None:
         model = start.fresh()
     else:
         model = config.ops.policy.model_copy(update={"seed": seed}).create(tokenizer)
     rl = cc.rl.model_copy(update={"seed": seed, "sandbox_backend": cc.backend})
-    env = CodeRepairEnv(train, sandbox=sandbox, max_steps=rl.max_steps)
-    demos = [scripted_demonstration(env, t, toy_repo_plan(t), tokenizer) for t in train[: cc.demo_tasks]]
+    demos = coding_demos(cc, train, tokenizer, sandbox)
     with exp.arm_logger(arm) as logger:
         log = PrefixLogger(logger, "coding/")
         train_sft(model, tokenizer, demos, cc.sft.model_copy(update={"seed": seed}), log)
         result = train_rl(model, tokenizer, train, rl, exp.arm_dir(arm) / "rl", log, step_offset=cc.sft.steps)
     save_policy(result.model, tokenizer, exp.arm_dir(arm) / "policy")
-    flat = [t for t in held for _ in range(cc.eval_episodes)]
-    envs = [CodeRepairEnv(held, max_steps=rl.max_steps, sandbox=sandbox) for _ in flat]
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=rl.max_new_tokens, seed=12_345)
-    trajs = policy_episodes(result.model, tokenizer, envs, flat, sampling, rl.max_context)
     return {
-        "held_out": [float(bool(t.steps[-1].info.get("success"))) for t in trajs],
-        "habits": habit_shares(trajs),
-        "habits_when_writing": habits_when_writing(trajs),
+        **coding_scores(result.model, tokenizer, held, cc, sandbox),
         "train_success": [h.get("rollout/success_rate", float("nan")) for h in result.history],
         "policy": str(exp.arm_dir(arm) / "policy"),
     }
