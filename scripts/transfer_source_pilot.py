@@ -103,6 +103,8 @@ def run(out: Path, changes: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    from transferlab.platform.io import atomic_write_json
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="Directory for the pilot JSON and the tokenizer.")
     parser.add_argument("changes", nargs="*", help="field=value changes of CodingPretrainConfig.")
@@ -111,7 +113,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     result = run(args.out, parse_changes(args.changes), args.seed)
     name = "pilot" + ("-" + "-".join(args.changes) if args.changes else "") + f"-seed{args.seed}.json"
-    (args.out / name.replace("/", "_")).write_text(json.dumps(result, indent=1))
+    atomic_write_json(args.out / name.replace("/", "_"), result)
 
 
 if __name__ == "__main__":
