@@ -166,4 +166,8 @@ def test_bad_inputs_are_one_error_line(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "error:" in out.output and "sft_tasks (9) must be below" in out.output
     out = _invoke("transfer", "--preset", "smoke", "--only-seeds", "7", "--runs-root", str(tmp_path))
     assert out.exit_code == 2 and "--only-seeds 7" in out.output
+    bad = {"seeds": [0], "threshold": 2.0}
+    path.write_text(json.dumps(bad))
+    out = _invoke("transfer", "--config", str(path), "--runs-root", str(tmp_path))
+    assert out.exit_code == 2 and "error:" in out.output and "threshold" in out.output
     assert not (tmp_path / "ops-learn").exists() and not (tmp_path / "transfer").exists()

@@ -172,10 +172,20 @@ def test_flat_group_share_reads_the_trainers_metric(tmp_path: Path) -> None:
 
 
 def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from transferlab.cli import app
+
     config = tr.transfer_test_config().model_copy(update={"seeds": [0, 1]})
-    # a second process's share of the seeds: it computes seed 1 and leaves the summary to the first
-    assert tr.run_transfer(config, tmp_path / "runs", only_seeds=[1]) == {}
+    path = tmp_path / "two-seeds.json"
+    path.write_text(json.dumps(config.model_dump(mode="json")))
+    # a second process's share of the seeds (through the command, with a config file): it computes
+    # seed 1 and leaves the summary to the first
+    args = ["ops", "experiment", "transfer", "--config", str(path), "--only-seeds", "1"]
+    out = CliRunner().invoke(app, [*args, "--runs-root", str(tmp_path / "runs")])
+    assert out.exit_code == 0, out.output
     (first,) = (tmp_path / "runs" / "transfer").iterdir()
+    assert tr.TransferConfig.from_file(first / "config.json") == config  # the file's settings, saved
     assert (first / "arms" / "scratch-seed1" / "result.json").exists()
     assert not (first / "arms" / "coding-seed0").exists()
     summary = tr.run_transfer(
@@ -204,9 +214,8 @@ def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
     result = read_result(tmp_path / "report" / "result.json")
     assert result.experiment == "transfer" and result.seeds == [0, 1]
     assert (
-        result.command
-        == "transferlab ops experiment transfer --preset cpu  # with changed settings (config.json)"
-    )
+        result.command == f"transferlab ops experiment transfer --config {first / 'config.json'}"
+    )  # the settings are no preset's: the command names the run's saved copy
     assert {c.cluster for c in result.comparisons} == {"seed", "seed+task"}
     assert "MDE" in md and "changed a file in" in md
 

@@ -5,8 +5,9 @@
                                          [--model PATH]
     transferlab ops train                [--preset cpu|smoke] [--seed N] [--init-from DIR] [--run-dir DIR]
                                          [--runs-root DIR]
-    transferlab ops experiment transfer  [--preset cpu|smoke] [--runs-root DIR] [--report-dir DIR]
-                                         [--resume RUN_DIR] [--model PATH] [--only-seeds 0,2]
+    transferlab ops experiment transfer  [--preset cpu|smoke] [--config F] [--runs-root DIR]
+                                         [--report-dir DIR] [--resume RUN_DIR] [--model PATH]
+                                         [--only-seeds 0,2]
 
 ``train``: ops SFT + multi-turn GRPO alone, one seed, as a run (:mod:`transferlab.comparison.ops_training`).
 ``learn``: SFT vs SFT + multi-turn GRPO on held-out OpsAnalysis-v0 scenarios
@@ -137,6 +138,7 @@ def transfer(
     preset: Annotated[
         TransferPreset, typer.Option("--preset", help="cpu: the committed settings; smoke: a quick check.")
     ] = TransferPreset.cpu,
+    config: ConfigOption = None,
     runs_root: RunsRootOption = Path("runs"),
     report_dir: ReportDirOption = None,
     resume: ResumeOption = None,
@@ -153,15 +155,14 @@ def transfer(
     """Coding-pretrained vs from-scratch policies trained on ops: held-out success, episodes, habits."""
     import json
 
-    from transferlab.comparison.transfer import PRESETS, run_transfer
+    from transferlab.comparison.transfer import PRESETS, TransferConfig, run_transfer
 
     _main_guard()
-    cfg = PRESETS[preset.value]()
-    if model is not None:
-        cfg = cfg.model_copy(update={"model_path": model})
+    presets = {name: make() for name, make in PRESETS.items()}
+    cfg = _config(TransferConfig, presets, Preset(preset.value), config, model_path=model)
     picked = _seeds(only_seeds)
     if picked is not None and not set(picked) <= set(cfg.seeds):
-        fail(f"--only-seeds {only_seeds}: the preset's seeds are {cfg.seeds}; pick among them")
+        fail(f"--only-seeds {only_seeds}: the run's seeds are {cfg.seeds}; pick among them")
     summary = _run_owned(lambda: run_transfer(cfg, runs_root, report_dir, resume, only_seeds=picked), resume)
     if summary:
         typer.echo(json.dumps({arm: row["episodes_to_threshold"] for arm, row in summary["arms"].items()}))

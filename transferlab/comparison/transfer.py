@@ -417,7 +417,7 @@ def run_transfer(
         summary = summarise(config, results, exp.elapsed_s(), flat)
         summary["run_dir"] = str(exp.run.dir)
         summary["model"] = model_record(config.ops.policy, start)
-        result = build_result(config, results, transfer_command(config, report_dir))
+        result = build_result(config, results, transfer_command(config, report_dir, exp.run.dir))
         summary["verdicts"] = {c.name: c.sentence() for c in result.comparisons if c.cluster == "seed"}
         exp.run.write_artifact_json("summary.json", summary)
         write_results(exp, result, report_dir)
@@ -614,12 +614,12 @@ def build_result(config: TransferConfig, results: dict[str, dict[str, Any]], com
     )
 
 
-def transfer_command(config: TransferConfig, report_dir: Path | None) -> str:
-    """The ``transferlab ops experiment transfer`` line that makes this result (a preset's name when the
-    settings are a preset's, else a note that they are not)."""
+def transfer_command(config: TransferConfig, report_dir: Path | None, run_dir: Path) -> str:
+    """The ``transferlab ops experiment transfer`` line that makes this result: a preset's name when the
+    settings are a preset's, else ``--config RUN_DIR/config.json`` (the settings the run saved)."""
     preset = next((name for name in ("cpu", "smoke") if PRESETS[name]() == config), None)
     words = ["transferlab ops experiment transfer"]
-    words.append(f"--preset {preset}" if preset else "--preset cpu  # with changed settings (config.json)")
+    words.append(f"--preset {preset}" if preset else f"--config {run_dir / 'config.json'}")
     if config.model_path is not None:
         words.insert(1, f"--model {config.model_path}")
     if report_dir is not None and preset:
@@ -818,9 +818,12 @@ def _settings(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m transferlab.comparison.transfer --preset cpu [--model PATH] [--report-dir DIR]``."""
+    """``python -m transferlab.comparison.transfer --preset cpu [--config F] [--model PATH]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="A JSON/YAML config file (overrides the preset)."
+    )
     parser.add_argument("--runs-root", type=Path, default=Path("runs"))
     parser.add_argument("--report-dir", type=Path, default=None)
     parser.add_argument("--resume", type=Path, default=None, help="A run directory to continue.")
@@ -838,12 +841,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     from transferlab.coding_rl.policies.model import PolicyNotFoundError
+    from transferlab.platform.config import ConfigError
     from transferlab.platform.runstore import RunInUseError
 
     if args.resume is not None and not (args.resume / "meta.json").is_file():
         print(f"error: --resume {args.resume} is not a run directory (no meta.json)", file=sys.stderr)
         raise SystemExit(2)
-    config = PRESETS[args.preset]()
+    try:
+        config = TransferConfig.from_file(args.config) if args.config is not None else PRESETS[args.preset]()
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if args.model is not None:
         config = config.model_copy(update={"model_path": args.model})
     try:
