@@ -41,16 +41,12 @@ def parse_variant(words: list[str]) -> tuple[str, dict[str, Any]]:
     """A variant's name and its RLConfig (or experiment) changes."""
     if len(words) == 1 and words[0] in VARIANTS:
         return words[0], VARIANTS[words[0]]
-    changes: dict[str, Any] = {}
+    from transferlab.platform.cli_kit import parse_assignments
+
     for word in words:
         if "=" not in word:
             raise SystemExit(f"error: variant {word!r} is neither one of {sorted(VARIANTS)} nor field=value")
-        key, raw = word.split("=", 1)
-        try:
-            changes[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            changes[key] = raw
-    return ",".join(words), changes
+    return ",".join(words), parse_assignments(words)
 
 
 def domain_parts(domain: str, preset: str) -> tuple[str, Any, Any]:
@@ -94,6 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     from transferlab.coding_rl.experiments.common import open_experiment, opened_sandbox
     from transferlab.coding_rl.trainers.rl import train_rl
+    from transferlab.platform.io import atomic_write_json
 
     name, preset, setup_cls = domain_parts(args.domain, args.preset)
     torch.set_num_threads(preset.torch_threads)
@@ -149,7 +146,7 @@ def main() -> None:
             if args.phase == "rl" or args.eval:
                 out.update(score(args.domain, setup, model))
             print(json.dumps(out), flush=True)
-            (exp.run.dir / f"pilot-{variant}.json").write_text(json.dumps(out, indent=1))
+            atomic_write_json(exp.run.dir / f"pilot-{variant}.json", out)
     finally:
         exp.run.release()
 

@@ -18,7 +18,6 @@ trained once in ``OUT/tokenizer`` as the transfer experiment trains it.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -28,21 +27,12 @@ import torch
 
 def parse_changes(words: list[str]) -> dict[str, Any]:
     """``a=1 sft.steps=2`` -> ``{"a": 1, "sft": {"steps": 2}}`` (values read as JSON when they parse)."""
-    changes: dict[str, Any] = {}
-    for word in words:
-        if "=" not in word:
-            raise SystemExit(f"error: {word!r} is not field=value (e.g. sft.steps=150)")
-        key, raw = word.split("=", 1)
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        head, _, tail = key.partition(".")
-        if tail:
-            changes.setdefault(head, {})[tail] = value
-        else:
-            changes[head] = value
-    return changes
+    from transferlab.platform.cli_kit import parse_assignments
+
+    try:
+        return parse_assignments(words)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def changed_stage(changes: dict[str, Any], seed: int) -> tuple[Any, Any, int]:

@@ -19,6 +19,7 @@ from transferlab.platform.cli_kit import (
     eta_text,
     fail,
     fraction_progress,
+    parse_assignments,
     progress_bar,
     run_app,
 )
@@ -140,3 +141,11 @@ def test_eta_is_the_pace_so_far_and_silent_at_the_edges() -> None:
     assert eta_text(30.0, 0.25) == ", about 90 s left"  # 30 s for a quarter: 90 s for the rest
     assert eta_text(60.0, 0.2) == ", about 4 min left"  # 240 s
     assert eta_text(1.0, 0.01) == "" and eta_text(10.0, 1.0) == ""
+
+
+def test_assignments_read_json_values_and_nest_dotted_keys() -> None:
+    got = parse_assignments(["lr=1e-4", "sft.steps=150", "sft.schedule=constant", "flag=true", "xs=[1,2]"])
+    assert got == {"lr": 1e-4, "sft": {"steps": 150, "schedule": "constant"}, "flag": True, "xs": [1, 2]}
+    assert parse_assignments(["rewards=dense", "note=a=b"]) == {"rewards": "dense", "note": "a=b"}
+    with pytest.raises(ValueError, match=r"'sft\.steps' is not field=value"):
+        parse_assignments(["lr=1", "sft.steps"])

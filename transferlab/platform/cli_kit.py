@@ -18,12 +18,13 @@ helpers), so a CLI module that imports this stays fast to import.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 
@@ -50,6 +51,29 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
         traceback.print_exc()
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def parse_assignments(words: Sequence[str]) -> dict[str, Any]:
+    """``a=1 sft.steps=2 x=dense`` -> ``{"a": 1, "sft": {"steps": 2}, "x": "dense"}``.
+
+    Values are read as JSON when they parse (numbers, booleans, lists), else kept as strings; a dotted
+    key nests one level. A word without ``=`` raises ValueError naming it.
+    """
+    out: dict[str, Any] = {}
+    for word in words:
+        if "=" not in word:
+            raise ValueError(f"{word!r} is not field=value (e.g. lr=1e-4 or sft.steps=150)")
+        key, raw = word.split("=", 1)
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        head, _, tail = key.partition(".")
+        if tail:
+            out.setdefault(head, {})[tail] = value
+        else:
+            out[head] = value
+    return out
 
 
 def canonical_preset(name: str, presets: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
