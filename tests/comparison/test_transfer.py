@@ -213,9 +213,9 @@ def test_transfer_test_preset_end_to_end(tmp_path: Path) -> None:
 
     result = read_result(tmp_path / "report" / "result.json")
     assert result.experiment == "transfer" and result.seeds == [0, 1]
-    assert (
-        result.command == f"transferlab ops experiment transfer --config {first / 'config.json'}"
-    )  # the settings are no preset's: the command names the run's saved copy
+    saved, report = first / "config.json", tmp_path / "report"
+    assert result.command == f"transferlab ops experiment transfer --config {saved} --report-dir {report}"
+    # the settings are no preset's: the command names the run's saved copy
     assert {c.cluster for c in result.comparisons} == {"seed", "seed+task"}
     assert "MDE" in md and "changed a file in" in md
 
@@ -258,3 +258,19 @@ def test_cpu_preset_ops_budget_is_the_ops_learn_recipe() -> None:
     assert ops.sft == recipe.sft and ops.policy == recipe.policy
     assert ops.rl == recipe.rl.model_copy(update={"checkpoint_every": 0})
     assert (ops.eval_every, ops.eval_episodes, ops.eval_temperature) == (16, 2, 0.7)
+
+
+def test_the_result_command_names_the_preset_the_model_or_the_saved_config() -> None:
+    run = Path("runs/transfer/r1")
+    cpu = tr.TransferConfig()
+    assert tr.transfer_command(cpu, Path("out"), run) == (
+        "transferlab ops experiment transfer --preset cpu --report-dir out"
+    )
+    with_model = cpu.model_copy(update={"model_path": "models/m"})
+    assert tr.transfer_command(with_model, None, run) == (
+        "transferlab ops experiment transfer --model models/m --preset cpu"
+    )
+    changed = with_model.model_copy(update={"threshold": 0.5})  # the model is in the saved config too
+    assert tr.transfer_command(changed, Path("out"), run) == (
+        f"transferlab ops experiment transfer --config {run / 'config.json'} --report-dir out"
+    )

@@ -617,12 +617,19 @@ def build_result(config: TransferConfig, results: dict[str, dict[str, Any]], com
 def transfer_command(config: TransferConfig, report_dir: Path | None, run_dir: Path) -> str:
     """The ``transferlab ops experiment transfer`` line that makes this result: a preset's name when the
     settings are a preset's, else ``--config RUN_DIR/config.json`` (the settings the run saved)."""
-    preset = next((name for name in ("cpu", "smoke") if PRESETS[name]() == config), None)
+    preset = next(
+        (
+            name
+            for name in ("cpu", "smoke")
+            if PRESETS[name]().model_copy(update={"model_path": config.model_path}) == config
+        ),
+        None,
+    )  # --model is its own flag: a preset with another model is still that preset
     words = ["transferlab ops experiment transfer"]
     words.append(f"--preset {preset}" if preset else f"--config {run_dir / 'config.json'}")
-    if config.model_path is not None:
+    if config.model_path is not None and preset:
         words.insert(1, f"--model {config.model_path}")
-    if report_dir is not None and preset:
+    if report_dir is not None:
         words.append(f"--report-dir {report_dir}")
     return " ".join(words)
 
