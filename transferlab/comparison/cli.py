@@ -111,7 +111,7 @@ def train(
 
 @experiment_app.command("learn")
 def learn(
-    preset: PresetOption = Preset.cpu,
+    preset: PresetOption = None,
     config: ConfigOption = None,
     seeds: SeedsOption = None,
     runs_root: RunsRootOption = Path("runs"),
@@ -127,7 +127,9 @@ def learn(
     from transferlab.comparison.ops_learn import OPS_LEARN_PRESETS, OpsLearnConfig, run_ops_learn
 
     _main_guard()
-    cfg = _config(OpsLearnConfig, OPS_LEARN_PRESETS, preset, config, seeds=_seeds(seeds), model_path=model)
+    cfg = _config(
+        OpsLearnConfig, OPS_LEARN_PRESETS, preset, config, resume, seeds=_seeds(seeds), model_path=model
+    )
     summary = _run_owned(lambda: run_ops_learn(cfg, runs_root, report_dir, resume, jobs=jobs), resume)
     for line in summary["verdicts"].values():
         typer.echo(line)
@@ -136,8 +138,13 @@ def learn(
 @experiment_app.command("transfer")
 def transfer(
     preset: Annotated[
-        TransferPreset, typer.Option("--preset", help="cpu: the committed settings; smoke: a quick check.")
-    ] = TransferPreset.cpu,
+        TransferPreset | None,
+        typer.Option(
+            "--preset",
+            help="cpu (the default): the committed settings; smoke: a quick check.",
+            show_default=False,
+        ),
+    ] = None,
     config: ConfigOption = None,
     runs_root: RunsRootOption = Path("runs"),
     report_dir: ReportDirOption = None,
@@ -159,7 +166,9 @@ def transfer(
 
     _main_guard()
     presets = {name: make() for name, make in PRESETS.items()}
-    cfg = _config(TransferConfig, presets, Preset(preset.value), config, model_path=model)
+    cfg = _config(
+        TransferConfig, presets, Preset(preset.value) if preset else None, config, resume, model_path=model
+    )
     picked = _seeds(only_seeds)
     if picked is not None and not set(picked) <= set(cfg.seeds):
         fail(f"--only-seeds {only_seeds}: the run's seeds are {cfg.seeds}; pick among them")

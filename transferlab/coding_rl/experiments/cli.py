@@ -52,8 +52,12 @@ class RolloutBackend(StrEnum):
 
 
 PresetOption = Annotated[
-    Preset,
-    typer.Option("--preset", help="cpu: the settings behind docs/results; smoke: a minutes-long check."),
+    Preset | None,
+    typer.Option(
+        "--preset",
+        help="cpu (the default): the settings behind docs/results; smoke: a minutes-long check.",
+        show_default=False,
+    ),
 ]
 ConfigOption = Annotated[
     Path | None,
@@ -112,23 +116,73 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def _config(
-    cls: type[Any], presets: dict[str, Any], preset: Preset, path: Path | None, **overrides: Any
+    cls: type[Any],
+    presets: dict[str, Any],
+    preset: Preset | None,
+    path: Path | None,
+    resume: Path | None = None,
+    **overrides: Any,
 ) -> Any:
-    """The preset, or the file, with command-line overrides applied."""
+    """The preset (cpu when none is named), or the file, with command-line overrides applied.
+
+    With ``resume`` the run's saved config wins; settings named on the command line that differ from it
+    are an error rather than silently ignored (naming none, or the same ones, resumes as saved).
+    """
     from transferlab.platform.config import ConfigError
 
     try:
-        config = cls.from_file(path) if path is not None else presets[preset.value]
+        config = cls.from_file(path) if path is not None else presets[(preset or Preset.cpu).value]
         updates = {k: v for k, v in overrides.items() if v is not None}
+        named = preset is not None or path is not None or bool(updates)
         if "rollout_backend" in updates:
             config = config.model_copy(
                 update={
                     "rl": config.rl.model_copy(update={"rollout_backend": updates.pop("rollout_backend")})
                 }
             )
-        return cls.model_validate({**config.model_dump(), **updates}) if updates else config
+        config = cls.model_validate({**config.model_dump(), **updates}) if updates else config
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
+    if resume is not None and named:
+        try:
+            saved = cls.from_file(resume / "config.json")
+        except (ConfigError, FileNotFoundError, ValueError):
+            return config  # not a run of this experiment: opening it says so
+        _check_resumed(resume, saved, config)
+    return config
+
+
+def config_differences(saved: Any, given: Any, limit: int = 4) -> list[str]:
+    """``field (saved X, given Y)`` for each setting (dotted for nested ones) where two configs differ.
+
+    >>> from transferlab.coding_rl.trainers.rl import RLConfig
+    >>> config_differences(RLConfig(lr=1e-4), RLConfig(lr=5e-5, steps=3))
+    ['lr (saved 0.0001, given 5e-05)', 'steps (saved 50, given 3)']
+    """
+
+    def flat(value: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(value, dict):
+            return {k: v for key, sub in value.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
+        return {prefix.rstrip("."): value}
+
+    a, b = flat(saved.model_dump(mode="json")), flat(given.model_dump(mode="json"))
+    out = [
+        f"{k} (saved {a.get(k)}, given {b.get(k)})"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k) != b.get(k)
+    ]
+    return out[:limit] + ([f"{len(out) - limit} more"] if len(out) > limit else [])
+
+
+def _check_resumed(resume: Path, saved: Any, given: Any) -> None:
+    """Refuse a resume whose command-line settings differ from the run's saved config."""
+    differ = config_differences(saved, given)
+    if differ:
+        fail(
+            f"--resume {resume} continues with the settings it saved ({resume / 'config.json'}), which "
+            f"differ from the ones given here in {'; '.join(differ)}: drop --preset/--config/--seeds/"
+            "--model to resume as saved, or leave out --resume to start a new run with these settings"
+        )
 
 
 def _main_guard() -> None:
@@ -144,7 +198,7 @@ def _main_guard() -> None:
 
 @app.command("learn")
 def learn(
-    preset: PresetOption = Preset.cpu,
+    preset: PresetOption = None,
     config: ConfigOption = None,
     seeds: SeedsOption = None,
     runs_root: RunsRootOption = Path("runs"),
@@ -163,6 +217,7 @@ def learn(
         LEARN_PRESETS,
         preset,
         config,
+        resume,
         seeds=_seeds(seeds),
         rollout_backend=rollout_backend.value if rollout_backend else None,
         model_path=model,
@@ -174,7 +229,7 @@ def learn(
 
 def _agent(
     which: str,
-    preset: Preset,
+    preset: Preset | None,
     config: Path | None,
     seeds: str | None,
     runs_root: Path,
@@ -192,6 +247,7 @@ def _agent(
         AGENT_PRESETS,
         preset,
         config,
+        resume,
         seeds=_seeds(seeds),
         rollout_backend=rollout_backend.value if rollout_backend else None,
         model_path=model,
@@ -202,7 +258,7 @@ def _agent(
 
 @app.command("dense-sparse")
 def dense_sparse(
-    preset: PresetOption = Preset.cpu,
+    preset: PresetOption = None,
     config: ConfigOption = None,
     seeds: SeedsOption = None,
     runs_root: RunsRootOption = Path("runs"),
@@ -223,7 +279,7 @@ def dense_sparse(
 
 @app.command("ablations")
 def ablations(
-    preset: PresetOption = Preset.cpu,
+    preset: PresetOption = None,
     config: ConfigOption = None,
     seeds: SeedsOption = None,
     runs_root: RunsRootOption = Path("runs"),
@@ -242,7 +298,7 @@ def ablations(
 
 @app.command("agent-learn")
 def agent_learn(
-    preset: PresetOption = Preset.cpu,
+    preset: PresetOption = None,
     config: ConfigOption = None,
     seeds: SeedsOption = None,
     runs_root: RunsRootOption = Path("runs"),
@@ -270,6 +326,7 @@ def agent_learn(
         AGENT_LEARN_PRESETS,
         preset,
         config,
+        resume,
         seeds=_seeds(seeds),
         rollout_backend=rollout_backend.value if rollout_backend else None,
         model_path=model,

@@ -1,0 +1,61 @@
+"""The experiment commands' shared option handling: a resumed run keeps its saved settings, and settings
+named on the command line that differ from them are refused instead of silently ignored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from transferlab.cli import app
+from transferlab.coding_rl.experiments.cli import config_differences
+from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
+from transferlab.coding_rl.trainers.rl import RLConfig
+from transferlab.comparison.ops_learn import OPS_LEARN_PRESETS
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.runstore import RunStore
+
+
+def test_config_differences_name_each_nested_setting_with_both_values() -> None:
+    saved = LEARN_PRESETS["smoke"]
+    given = saved.model_copy(update={"seeds": [4], "rl": saved.rl.model_copy(update={"lr": 0.5})})
+    assert config_differences(saved, given) == [
+        f"rl.lr (saved {saved.rl.lr}, given 0.5)",
+        f"seeds (saved {saved.seeds}, given [4])",
+    ]
+    assert config_differences(saved, saved) == []
+    many = RLConfig(lr=0.5, steps=2, group_size=3, epochs=4, kl_coef=0.5, seed=9)
+    listed = config_differences(RLConfig(), many, limit=2)
+    assert len(listed) == 3 and listed[-1] == "4 more"
+
+
+@pytest.mark.parametrize(
+    ("command", "experiment", "config", "given", "named"),
+    [
+        (
+            ["coding", "experiment", "learn"],
+            "coding-learn",
+            LEARN_PRESETS["smoke"],
+            ["--preset", "cpu"],
+            "curve_every (saved 1, given 10)",
+        ),
+        (["ops", "experiment", "learn"], "ops-learn", OPS_LEARN_PRESETS["smoke"], ["--seeds", "7"], "seeds"),
+    ],
+)
+def test_resume_with_other_settings_is_one_error_and_leaves_the_run_alone(
+    tmp_path: Path, command: list[str], experiment: str, config: BaseConfig, given: list[str], named: str
+) -> None:
+    run = RunStore(tmp_path).create_run(experiment, config)
+    run.release()
+    before = {p.name: p.stat().st_mtime_ns for p in run.dir.iterdir()}
+    res = CliRunner().invoke(app, [*command, "--resume", str(run.dir), *given])
+    assert res.exit_code == 2, res.output
+    assert (
+        res.output.count("error:") == 1
+        and f"--resume {run.dir} continues with the settings it saved" in res.output
+    )
+    assert named in res.output and "leave out --resume" in res.output
+    assert {
+        p.name: p.stat().st_mtime_ns for p in run.dir.iterdir()
+    } == before  # not opened, not marked resumed
