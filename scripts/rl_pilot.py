@@ -33,8 +33,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "informative": {"task_sampling": "informative"},
 }
-TOP_LEVEL = {"rl_tasks", "recovery_every", "demo_variants", "demo_tasks", "compact_reports"}
-"""Experiment fields (not RLConfig / SFTConfig ones) a variant may change."""
+TOP_LEVEL = {"rl_tasks", "recovery_every", "demo_variants", "demo_tasks", "compact_reports", "policy"}
+"""Experiment fields (not RLConfig / SFTConfig ones) a variant may change (``policy.n_layer=4``: one
+field of the policy, the others kept)."""
 
 
 def parse_variant(words: list[str]) -> tuple[str, dict[str, Any]]:
@@ -100,7 +101,11 @@ def main() -> None:
         variant, sft_changes = parse_variant(args.rest) if args.rest else ("sft", {})
         changes: dict[str, Any] = {}
         shown = sft_changes
-        top_sft = {k: v for k, v in sft_changes.items() if k in TOP_LEVEL}
+        top_sft = {
+            k: {**getattr(preset, k).model_dump(), **v} if isinstance(v, dict) else v
+            for k, v in sft_changes.items()
+            if k in TOP_LEVEL
+        }
         sft_fields = {k: v for k, v in sft_changes.items() if k not in TOP_LEVEL}
         sft = type(preset.sft).model_validate({**preset.sft.model_dump(), **sft_fields})
         preset = type(preset).model_validate(
