@@ -270,3 +270,25 @@ def test_lora_adapters_and_merged(tiny: Path, tmp_path: Path) -> None:
     )
     assert not (tmp_path / "merged" / "adapter_config.json").exists()
     assert_reloads_changed(tiny, tmp_path / "merged")
+
+
+def test_resume_refuses_settings_it_would_ignore(tmp_path: Path) -> None:
+    from transferlab.coding_rl.train_run import TrainRunConfig
+    from transferlab.coding_rl.trainers.demos import SFTConfig
+    from transferlab.platform.runstore import RunStore
+
+    saved = TrainRunConfig(
+        algo="sft", model=str(tmp_path / "m"), tasks="toy", out=str(tmp_path / "o"), sft=SFTConfig()
+    )
+    run = RunStore(tmp_path / "runs").create_run("coding-train-sft", saved)
+    run.release()
+    before = (run.dir / "meta.json").read_text()
+    assert_bad_input(
+        coding("train", "sft", "--resume", run.dir, "--lr", "0.1"), "--lr would be ignored", "drop it"
+    )
+    assert_bad_input(
+        coding("train", "sft", "--resume", run.dir, "--steps", "5", "--config", tmp_path / "c.json"),
+        "--config, --steps would be ignored",
+        "drop them",
+    )
+    assert (run.dir / "meta.json").read_text() == before  # refused before the run is touched

@@ -375,7 +375,30 @@ def _resumed_config(opts: TrainOptions) -> tuple[TrainRunConfig, Run]:
             fail(f"--resume {opts.resume} was started with {flag} {saved}; drop {flag} or start a new run")
     if opts.tasks is not None and opts.tasks != cfg.tasks:
         fail(f"--resume {opts.resume} was started with --tasks {cfg.tasks}; drop --tasks or start a new run")
+    ignored = [flag for flag, value in _setting_flags(opts).items() if value is not None]
+    if ignored:
+        fail(
+            f"--resume {opts.resume} continues with the settings it saved ({opts.resume / 'config.json'}); "
+            f"{', '.join(ignored)} would be ignored: drop {'it' if len(ignored) == 1 else 'them'}, or start "
+            "a new run without --resume"
+        )
     return cfg, run
+
+
+def _setting_flags(opts: TrainOptions) -> dict[str, object]:
+    """The options that shape a new run's config (None or False: not given); a resumed run keeps its own."""
+    return {
+        "--config": opts.config,
+        "--steps": opts.steps,
+        "--lr": opts.lr,
+        "--seed": opts.seed,
+        "--lora-r": opts.lora_r,
+        "--merge": opts.merge or None,
+        "--gradient-checkpointing": opts.gradient_checkpointing or None,
+        "--rollout-backend": opts.rollout_backend,
+        "--rollout-workers": opts.rollout_workers,
+        "--ray-address": opts.ray_address,
+    }
 
 
 def _demos(taskset: TaskSet, tokenizer: Any) -> list[Trajectory]:
