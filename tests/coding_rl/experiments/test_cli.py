@@ -40,7 +40,13 @@ def test_config_differences_name_each_nested_setting_with_both_values() -> None:
             ["--preset", "cpu"],
             "curve_every (saved 1, given 10)",
         ),
-        (["ops", "experiment", "learn"], "ops-learn", OPS_LEARN_PRESETS["smoke"], ["--seeds", "7"], "seeds"),
+        (
+            ["ops", "experiment", "learn"],
+            "ops-learn",
+            OPS_LEARN_PRESETS["smoke"],
+            ["--preset", "smoke", "--seeds", "7"],
+            "in seeds (saved [0], given [7]): drop those options",  # the one difference
+        ),
     ],
 )
 def test_resume_with_other_settings_is_one_error_and_leaves_the_run_alone(
@@ -59,3 +65,14 @@ def test_resume_with_other_settings_is_one_error_and_leaves_the_run_alone(
     assert {
         p.name: p.stat().st_mtime_ns for p in run.dir.iterdir()
     } == before  # not opened, not marked resumed
+
+
+def test_resume_without_settings_gives_the_saved_config(tmp_path: Path) -> None:
+    from transferlab.coding_rl.experiments.cli import _config
+    from transferlab.comparison.ops_learn import OpsLearnConfig
+
+    saved = OPS_LEARN_PRESETS["smoke"].model_copy(update={"seeds": [3, 5]})
+    run = RunStore(tmp_path).create_run("ops-learn", saved)
+    run.release()
+    assert _config(OpsLearnConfig, OPS_LEARN_PRESETS, None, None, run.dir) == saved  # not the cpu preset
+    assert _config(OpsLearnConfig, OPS_LEARN_PRESETS, None, None, None) == OPS_LEARN_PRESETS["cpu"]

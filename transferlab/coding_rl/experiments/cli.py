@@ -125,8 +125,9 @@ def _config(
 ) -> Any:
     """The preset (cpu when none is named), or the file, with command-line overrides applied.
 
-    With ``resume`` the run's saved config wins; settings named on the command line that differ from it
-    are an error rather than silently ignored (naming none, or the same ones, resumes as saved).
+    With ``resume`` the run's saved config wins and is returned; settings named on the command line that
+    differ from it are an error rather than silently ignored (naming none, or the same ones, resumes as
+    saved).
     """
     from transferlab.platform.config import ConfigError
 
@@ -143,13 +144,15 @@ def _config(
         config = cls.model_validate({**config.model_dump(), **updates}) if updates else config
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    if resume is not None and named:
-        try:
-            saved = cls.from_file(resume / "config.json")
-        except (ConfigError, FileNotFoundError, ValueError):
-            return config  # not a run of this experiment: opening it says so
+    if resume is None:
+        return config
+    try:
+        saved = cls.from_file(resume / "config.json")
+    except (ConfigError, FileNotFoundError, ValueError):
+        return config  # not a run of this experiment: opening it says so
+    if named:
         _check_resumed(resume, saved, config)
-    return config
+    return saved
 
 
 def config_differences(saved: Any, given: Any, limit: int = 4) -> list[str]:
@@ -180,8 +183,8 @@ def _check_resumed(resume: Path, saved: Any, given: Any) -> None:
     if differ:
         fail(
             f"--resume {resume} continues with the settings it saved ({resume / 'config.json'}), which "
-            f"differ from the ones given here in {'; '.join(differ)}: drop --preset/--config/--seeds/"
-            "--model to resume as saved, or leave out --resume to start a new run with these settings"
+            f"differ from the ones given here in {'; '.join(differ)}: drop those options to resume as "
+            "saved, or leave out --resume to start a new run with these settings"
         )
 
 
