@@ -2,13 +2,18 @@
 
     python scripts/fidelity_rank.py world WORLD [--policy RUN] [--episodes 256] [--seed 0]
     python scripts/fidelity_rank.py rank WORLD SIM [--policy RUN] [--episodes 256] [--seed 0] [-v]
+    python scripts/fidelity_rank.py rank WORLD SIM --calibrate 4 [--deploy-episodes 64] [--save DIR]
 
 ``world`` runs the held-out evaluation panel in the world that made ``WORLD/logs`` exactly as
 ``transferlab sim fidelity`` does (2 x EPISODES episodes per policy from seed SEED + 2; a ``sim train``
 policy added with --policy) and saves it as ``WORLD/world_panel_<episodes>_<seed>.npz`` (about 20
 minutes at 256). ``rank`` runs the same panel in the simulator ``SIM`` (EPISODES episodes from seed
 SEED, as ``sim fidelity``) and prints the "before calibration" Kendall tau and median relative
-errors that ``sim fidelity`` would print, in about 20 seconds. A probe for choosing what to fit, not a
+errors that ``sim fidelity`` would print, in about 20 seconds. ``--calibrate FITS`` also calibrates
+the simulator as ``sim fidelity --calibration-fits FITS`` does (the calibration panel deployed in the
+world for ``--deploy-episodes``, cached as ``WORLD/deployment_<episodes>_<seed>.json``; a few minutes a
+fit) and prints the "after calibration" figures the same way (``--save DIR`` keeps that simulator).
+A probe for choosing what to fit, not a
 result: the figure of record is ``sim fidelity``'s, with its intervals and the calibrated column.
 """
 
@@ -28,6 +33,46 @@ from transferlab.simulator.market import DAY_KEYS
 from transferlab.simulator.policies import Policy, evaluation_panel
 
 ERRORS = ("orders", "gmv", "profit")
+
+
+def deployment(world: Path, sim: LearnedSimulator, episodes: int, seed: int) -> dict[str, dict[str, float]]:
+    """Each calibration-panel policy's per-episode outcomes in the world, as ``sim fidelity`` deploys them
+    (cached: the world's figures do not depend on the simulator)."""
+    import json
+
+    from transferlab.simulator.calibration import deployment_outcomes
+    from transferlab.simulator.policies import policy_panel
+
+    path = world / f"deployment_{episodes}_{seed}.json"
+    if path.is_file():
+        return dict(json.loads(path.read_text()))
+    logs = read_logs(world / "logs")
+    per_policy = deployment_outcomes(
+        sim, logs.manifest, policy_panel(), episodes=episodes, seed=seed + 1000
+    ).per_policy
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(per_policy, indent=1))
+    tmp.replace(path)
+    return per_policy
+
+
+def calibrated(
+    world: Path, sim: LearnedSimulator, fits: int, deploy_episodes: int, seed: int
+) -> LearnedSimulator:
+    """``sim`` calibrated on the deployment as ``sim fidelity --calibration-fits FITS`` calibrates it."""
+    from transferlab.simulator.policies import policy_panel
+    from transferlab.simulator.policy_calibration import calibrate_policies
+
+    n_customers = int(read_logs(world / "logs").manifest["world"]["n_customers"])
+    return calibrate_policies(
+        sim,
+        deployment(world, sim, deploy_episodes, seed),
+        policy_panel(),
+        n_customers=n_customers,
+        seed=seed + 2000,
+        fits=fits,
+        progress=lambda msg: print(msg, flush=True),
+    )
 
 
 def panel(policies: list[Path]) -> dict[str, Policy]:
@@ -63,14 +108,50 @@ def run_world(world: Path, policies: list[Path], episodes: int, seed: int) -> No
 
 def rank(world: Path, sim_dir: Path, policies: list[Path], episodes: int, seed: int, verbose: bool) -> None:
     """Print the simulator's Kendall tau and median relative errors against the cached world panel."""
+    report(
+        world,
+        load_sim(sim_dir, world, episodes, seed),
+        policies,
+        episodes,
+        seed,
+        verbose,
+        "before calibration",
+    )
+
+
+def load_sim(sim_dir: Path, world: Path, episodes: int, seed: int) -> LearnedSimulator:
+    """The simulator at ``sim_dir``, once the world panel it is ranked against is known to exist."""
+    from transferlab.simulator.learned.io import SimulatorError
+
+    world_cache(world, episodes, seed)
+    try:
+        return LearnedSimulator.load(sim_dir)
+    except SimulatorError as exc:
+        sys.exit(str(exc))
+
+
+def world_cache(world: Path, episodes: int, seed: int) -> Path:
+    """The cached world panel, or exit saying how to make it."""
     cache = cache_path(world, episodes, seed)
     if not cache.is_file():
         sys.exit(
             f"{cache} does not exist: run `python scripts/fidelity_rank.py world {world} "
             f"--episodes {episodes} --seed {seed}` (with the same --policy) first"
         )
-    saved = np.load(cache)
-    sim = LearnedSimulator.load(sim_dir)
+    return cache
+
+
+def report(
+    world: Path,
+    sim: LearnedSimulator,
+    policies: list[Path],
+    episodes: int,
+    seed: int,
+    verbose: bool,
+    label: str,
+) -> None:
+    """Print ``sim``'s Kendall tau and median relative errors against the cached world panel."""
+    saved = np.load(world_cache(world, episodes, seed))
     n_customers = int(read_logs(world / "logs").manifest["world"]["n_customers"])
     names = list(panel(policies))
     missing = [n for n in names if f"returns/{n}" not in saved.files]
@@ -84,7 +165,7 @@ def rank(world: Path, sim_dir: Path, policies: list[Path], episodes: int, seed: 
     )
     world_value = np.array([saved[f"returns/{n}"].mean() for n in names])
     sim_value = np.array([result.returns[n].mean() for n in names])
-    print(f"Kendall tau (before calibration) {stats.kendalltau(sim_value, world_value)[0]:.3f}")
+    print(f"Kendall tau ({label}) {stats.kendalltau(sim_value, world_value)[0]:.3f}")
     errors = {
         k: np.array(
             [
@@ -116,6 +197,11 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per policy")
+    parser.add_argument(
+        "--calibrate", type=int, default=0, metavar="FITS", help="also rank after calibration"
+    )
+    parser.add_argument("--deploy-episodes", type=int, default=64, help="calibration deployment episodes")
+    parser.add_argument("--save", type=Path, help="with --calibrate: write the calibrated simulator here")
     args = parser.parse_args()
     if args.what == "world":
         run_world(args.world, args.policy, args.episodes, args.seed)
@@ -123,6 +209,14 @@ def main() -> None:
         parser.error("rank needs the simulator directory: fidelity_rank.py rank WORLD SIM")
     else:
         rank(args.world, args.sim, args.policy, args.episodes, args.seed, args.verbose)
+        if args.calibrate:
+            sim = load_sim(args.sim, args.world, args.episodes, args.seed)
+            after = calibrated(args.world, sim, args.calibrate, args.deploy_episodes, args.seed)
+            print("shifts", after.report["calibration"][-1]["shifts"])
+            label = "after calibration"
+            report(args.world, after, args.policy, args.episodes, args.seed, args.verbose, label)
+            if args.save:
+                after.save(args.save)
 
 
 if __name__ == "__main__":

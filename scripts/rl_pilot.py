@@ -33,7 +33,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "informative": {"task_sampling": "informative"},
 }
-TOP_LEVEL = {"rl_tasks", "recovery_every", "demo_variants", "demo_tasks", "compact_reports", "policy"}
+TOP_LEVEL = {
+    "rl_tasks",
+    "recovery_every",
+    "demo_variants",
+    "demo_tasks",
+    "compact_reports",
+    "policy",
+    "sft_tasks",
+    "train_tasks",
+}
 """Experiment fields (not RLConfig / SFTConfig ones) a variant may change (``policy.n_layer=4``: one
 field of the policy, the others kept)."""
 

@@ -1,0 +1,70 @@
+"""scripts/fidelity_rank.py: the quick probe gives the figures `sim fidelity` gives, before and after."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transferlab.simulator.fidelity_report import run_fidelity
+from transferlab.simulator.learned import LearnedSimulator
+from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
+from transferlab.simulator.world_config import WorldConfig
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fidelity_rank.py"
+
+
+def probe(*args: str) -> str:
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def tau(text: str, label: str) -> float:
+    found = re.search(rf"Kendall tau \({label}\) (-?[0-9.]+)", text)
+    assert found, text
+    return float(found.group(1))
+
+
+@pytest.mark.slow
+def test_the_probe_reproduces_the_fidelity_command_before_and_after_calibration(tmp_path: Path) -> None:
+    logs = generate_logs(LogSpec(days=60, world=WorldConfig(n_customers=200, seed=5)))
+    write_logs(logs, tmp_path / "logs")
+    sim = LearnedSimulator.fit(logs)
+    sim.save(tmp_path / "sim")
+    summary = run_fidelity(sim, logs, tmp_path / "fid", episodes=2, deploy_episodes=2, seed=0)
+
+    probe("world", str(tmp_path), "--episodes", "2")
+    assert (tmp_path / "world_panel_2_0.npz").is_file()
+    out = probe(
+        "rank",
+        str(tmp_path),
+        str(tmp_path / "sim"),
+        "--episodes",
+        "2",
+        "--calibrate",
+        "1",
+        "--deploy-episodes",
+        "2",
+        "--save",
+        str(tmp_path / "calibrated"),
+    )
+    assert tau(out, "before calibration") == pytest.approx(summary["tau_before"], abs=5e-4)
+    assert tau(out, "after calibration") == pytest.approx(summary["tau_after"], abs=5e-4)
+    assert (tmp_path / "deployment_2_0.json").is_file()
+    shifts = LearnedSimulator.load(tmp_path / "calibrated").report["calibration"][-1]["shifts"]
+    fidelity_shifts = LearnedSimulator.load(tmp_path / "fid" / "calibrated_sim").report["calibration"][-1]
+    assert shifts == fidelity_shifts["shifts"]
+
+
+def test_rank_without_the_world_panel_says_how_to_make_it(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "rank", str(tmp_path), str(tmp_path / "sim")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "fidelity_rank.py world" in done.stderr and "world_panel_256_0.npz does not exist" in done.stderr
