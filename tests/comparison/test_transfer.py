@@ -274,3 +274,20 @@ def test_the_result_command_names_the_preset_the_model_or_the_saved_config() -> 
     assert tr.transfer_command(changed, Path("out"), run) == (
         f"transferlab ops experiment transfer --config {run / 'config.json'} --report-dir out"
     )
+
+
+def test_resuming_with_other_settings_is_one_error_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transferlab.platform.runstore import RunStore
+
+    run = RunStore(tmp_path).create_run("transfer", tr.transfer_test_config())
+    run.release()
+    before = sorted(p.name for p in run.dir.iterdir())
+    with pytest.raises(SystemExit) as exit_info:
+        tr.main(["--preset", "cpu", "--resume", str(run.dir), "--runs-root", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "continues with the settings it saved" in err[0]
+    assert "coding.demo_tasks (saved 2, given 44)" in err[0] and "39 more" in err[0]
+    assert sorted(p.name for p in run.dir.iterdir()) == before

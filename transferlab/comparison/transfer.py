@@ -824,10 +824,29 @@ def _settings(
     )
 
 
+def _refuse_other_settings(resume: Path, given: TransferConfig) -> None:
+    """Exit with one error when ``--preset``/``--config``/``--model`` given with ``--resume`` differ from
+    the run's saved settings (a resume always continues with those)."""
+    from transferlab.coding_rl.experiments.cli import config_differences
+
+    saved = TransferConfig.from_file(resume / "config.json")
+    differ = config_differences(saved, given)
+    if differ:
+        print(
+            f"error: --resume {resume} continues with the settings it saved ({resume / 'config.json'}), "
+            f"which differ from the ones given here in {'; '.join(differ)}: drop those options to resume "
+            "as saved, or leave out --resume to start a new run with these settings",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m transferlab.comparison.transfer --preset cpu [--config F] [--model PATH]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS), default=None, help="The settings' preset (default: cpu)."
+    )
     parser.add_argument(
         "--config", type=Path, default=None, help="A JSON/YAML config file (overrides the preset)."
     )
@@ -855,12 +874,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"error: --resume {args.resume} is not a run directory (no meta.json)", file=sys.stderr)
         raise SystemExit(2)
     try:
-        config = TransferConfig.from_file(args.config) if args.config is not None else PRESETS[args.preset]()
+        config = (
+            TransferConfig.from_file(args.config)
+            if args.config is not None
+            else PRESETS[args.preset or "cpu"]()
+        )
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if args.model is not None:
         config = config.model_copy(update={"model_path": args.model})
+    if args.resume is not None and (args.preset, args.config, args.model) != (None, None, None):
+        _refuse_other_settings(args.resume, config)
     try:
         summary = run_transfer(
             config, args.runs_root, args.report_dir, args.resume, only_seeds=args.only_seeds
