@@ -40,6 +40,7 @@ def deployment(world: Path, sim: LearnedSimulator, episodes: int, seed: int) -> 
     (cached: the world's figures do not depend on the simulator)."""
     import json
 
+    from transferlab.platform.io import atomic_write_json
     from transferlab.simulator.calibration import deployment_outcomes
     from transferlab.simulator.policies import policy_panel
 
@@ -50,9 +51,7 @@ def deployment(world: Path, sim: LearnedSimulator, episodes: int, seed: int) -> 
     per_policy = deployment_outcomes(
         sim, logs.manifest, policy_panel(), episodes=episodes, seed=seed + 1000
     ).per_policy
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(per_policy, indent=1))
-    tmp.replace(path)
+    atomic_write_json(path, per_policy)
     return per_policy
 
 
