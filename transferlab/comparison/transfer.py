@@ -827,17 +827,16 @@ def _settings(
 def _refuse_other_settings(resume: Path, given: TransferConfig) -> None:
     """Exit with one error when ``--preset``/``--config``/``--model`` given with ``--resume`` differ from
     the run's saved settings (a resume always continues with those)."""
-    from transferlab.coding_rl.experiments.cli import config_differences
+    from transferlab.coding_rl.experiments.cli import resume_mismatch
+    from transferlab.platform.config import ConfigError
 
-    saved = TransferConfig.from_file(resume / "config.json")
-    differ = config_differences(saved, given)
-    if differ:
-        print(
-            f"error: --resume {resume} continues with the settings it saved ({resume / 'config.json'}), "
-            f"which differ from the ones given here in {'; '.join(differ)}: drop those options to resume "
-            "as saved, or leave out --resume to start a new run with these settings",
-            file=sys.stderr,
-        )
+    try:
+        saved = TransferConfig.from_file(resume / "config.json")
+    except (ConfigError, FileNotFoundError, ValueError):
+        return  # not a transfer run: opening it says so
+    message = resume_mismatch(resume, saved, given)
+    if message:
+        print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
 

@@ -177,15 +177,24 @@ def config_differences(saved: Any, given: Any, limit: int = 4) -> list[str]:
     return out[:limit] + ([f"{len(out) - limit} more"] if len(out) > limit else [])
 
 
+def resume_mismatch(resume: Path, saved: Any, given: Any) -> str | None:
+    """The error for a resume whose command-line settings differ from the run's saved config (None: they
+    agree). Shared by every experiment command that takes ``--resume``."""
+    differ = config_differences(saved, given)
+    if not differ:
+        return None
+    return (
+        f"--resume {resume} continues with the settings it saved ({resume / 'config.json'}), which "
+        f"differ from the ones given here in {'; '.join(differ)}: drop those options to resume as "
+        "saved, or leave out --resume to start a new run with these settings"
+    )
+
+
 def _check_resumed(resume: Path, saved: Any, given: Any) -> None:
     """Refuse a resume whose command-line settings differ from the run's saved config."""
-    differ = config_differences(saved, given)
-    if differ:
-        fail(
-            f"--resume {resume} continues with the settings it saved ({resume / 'config.json'}), which "
-            f"differ from the ones given here in {'; '.join(differ)}: drop those options to resume as "
-            "saved, or leave out --resume to start a new run with these settings"
-        )
+    message = resume_mismatch(resume, saved, given)
+    if message:
+        fail(message)
 
 
 def _main_guard() -> None:
