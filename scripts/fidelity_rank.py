@@ -105,19 +105,6 @@ def run_world(world: Path, policies: list[Path], episodes: int, seed: int) -> No
     print(f"saved {out}")
 
 
-def rank(world: Path, sim_dir: Path, policies: list[Path], episodes: int, seed: int, verbose: bool) -> None:
-    """Print the simulator's Kendall tau and median relative errors against the cached world panel."""
-    report(
-        world,
-        load_sim(sim_dir, world, episodes, seed),
-        policies,
-        episodes,
-        seed,
-        verbose,
-        "before calibration",
-    )
-
-
 def load_sim(sim_dir: Path, world: Path, episodes: int, seed: int) -> LearnedSimulator:
     """The simulator at ``sim_dir``, once the world panel it is ranked against is known to exist."""
     from transferlab.simulator.learned.io import SimulatorError
@@ -207,9 +194,15 @@ def main() -> None:
     elif args.sim is None:
         parser.error("rank needs the simulator directory: fidelity_rank.py rank WORLD SIM")
     else:
-        rank(args.world, args.sim, args.policy, args.episodes, args.seed, args.verbose)
+        if (
+            args.save is not None
+            and args.save.exists()
+            and (not args.save.is_dir() or any(args.save.iterdir()))
+        ):
+            sys.exit(f"--save {args.save} already exists and is not empty: choose a new directory")
+        sim = load_sim(args.sim, args.world, args.episodes, args.seed)
+        report(args.world, sim, args.policy, args.episodes, args.seed, args.verbose, "before calibration")
         if args.calibrate:
-            sim = load_sim(args.sim, args.world, args.episodes, args.seed)
             after = calibrated(args.world, sim, args.calibrate, args.deploy_episodes, args.seed)
             print("shifts", after.report["calibration"][-1]["shifts"])
             label = "after calibration"

@@ -68,3 +68,27 @@ def test_rank_without_the_world_panel_says_how_to_make_it(tmp_path: Path) -> Non
     )
     assert done.returncode != 0
     assert "fidelity_rank.py world" in done.stderr and "world_panel_256_0.npz does not exist" in done.stderr
+
+
+def test_a_save_directory_that_is_taken_is_refused_before_any_work(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "params.npz").write_text("x")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "rank",
+            str(tmp_path),
+            str(tmp_path / "sim"),
+            "--calibrate",
+            "1",
+            "--save",
+            str(tmp_path / "taken"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        done.returncode != 0 and "--save" in done.stderr and "already exists and is not empty" in done.stderr
+    )
+    assert (tmp_path / "taken" / "params.npz").read_text() == "x"
