@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from transferlab.platform.results import read_result
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pool_runs.py"
 
 
@@ -22,20 +26,25 @@ def make_run(
     return root
 
 
-def pool(*runs: Path) -> subprocess.CompletedProcess[str]:
+def pool(*runs: Path | str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, runs)], capture_output=True, text=True)
 
 
 def test_two_runs_pool_into_one_comparison_by_hand(tmp_path: Path) -> None:
     a = make_run(tmp_path / "a", [0], {0: {"sft": [0.0, 0.5], "rl": [0.5, 1.0]}})
     b = make_run(tmp_path / "b", [1], {1: {"sft": [1.0, 1.0], "rl": [1.0, 1.0]}})
-    done = pool(a, b)
+    done = pool(a, b, "--out", str(tmp_path / "pooled"))
     assert done.returncode == 0, done.stderr
     assert "seed 0: sft 0.250  rl 0.750  rl - sft +50.0" in done.stdout
     assert "seed 1: sft 1.000  rl 1.000  rl - sft +0.0" in done.stdout
     # (0.5 + 0.5 + 0 + 0) / 4 paired differences
     assert "rl - sft over 2 seed clusters: +25.0 points" in done.stdout
     assert "rl - sft over 4 seed+task clusters: +25.0 points" in done.stdout
+    result = read_result(tmp_path / "pooled")
+    assert result.seeds == [0, 1] and result.comparison("rl - sft").estimate == pytest.approx(0.25)
+    assert result.arms["rl"].held_out_success.estimate == pytest.approx(0.875)  # (0.5 + 1 + 1 + 1) / 4
+    assert result.arms["sft"].model_dump()["per_seed"] == [0.25, 1.0]
+    assert result.settings["pooled_runs"] == [str(a), str(b)] and result.settings["rl"] == {"lr": 1e-4}
 
 
 def test_other_settings_a_shared_seed_or_an_unfinished_arm_are_refused(tmp_path: Path) -> None:
