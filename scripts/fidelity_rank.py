@@ -3,6 +3,7 @@
     python scripts/fidelity_rank.py world WORLD [--policy RUN] [--episodes 256] [--seed 0]
     python scripts/fidelity_rank.py rank WORLD SIM [--policy RUN] [--episodes 256] [--seed 0] [-v]
     python scripts/fidelity_rank.py rank WORLD SIM --calibrate 4 [--deploy-episodes 64] [--save DIR]
+    python scripts/fidelity_rank.py rank WORLD SIM SIM ...   # each, then the mean of their returns
 
 ``world`` runs the held-out evaluation panel in the world that made ``WORLD/logs`` exactly as
 ``transferlab sim fidelity`` does (2 x EPISODES episodes per policy from seed SEED + 2; a ``sim train``
@@ -135,8 +136,9 @@ def report(
     seed: int,
     verbose: bool,
     label: str,
-) -> None:
-    """Print ``sim``'s Kendall tau and median relative errors against the cached world panel."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Print ``sim``'s Kendall tau and median relative errors against the cached world panel; return
+    the world's and the simulator's mean return per policy."""
     saved = np.load(world_cache(world, episodes, seed))
     n_customers = int(read_logs(world / "logs").manifest["world"]["n_customers"])
     names = list(panel(policies))
@@ -168,6 +170,28 @@ def report(
         for i, n in enumerate(names):
             errs = " ".join(f"{k} {errors[k][i]:+.3f}" for k in ERRORS)
             print(f"  {n:28s} world {world_value[i]:7.2f}  sim {sim_value[i]:7.2f}  {errs}")
+    return world_value, sim_value
+
+
+def rank_average(
+    world: Path, sims: list[Path], policies: list[Path], episodes: int, seed: int, verbose: bool
+) -> None:
+    """Rank each simulator, then the mean of their returns per policy (a bagged simulator)."""
+    values = []
+    for path in sims:
+        print(path)
+        world_value, sim_value = report(
+            world,
+            load_sim(path, world, episodes, seed),
+            policies,
+            episodes,
+            seed,
+            verbose,
+            "before calibration",
+        )
+        values.append(sim_value)
+    tau = stats.kendalltau(np.mean(values, axis=0), world_value)[0]
+    print(f"Kendall tau (mean of {len(sims)} simulators' returns, before calibration) {tau:.3f}")
 
 
 def main() -> None:
@@ -176,7 +200,12 @@ def main() -> None:
     )
     parser.add_argument("what", choices=("world", "rank"))
     parser.add_argument("world", type=Path, help="directory holding logs/ (and the cached world panel)")
-    parser.add_argument("sim", type=Path, nargs="?", help="a `sim fit` directory (rank only)")
+    parser.add_argument(
+        "sim",
+        type=Path,
+        nargs="*",
+        help="`sim fit` directories (rank only); with several, also the tau of their mean returns",
+    )
     parser.add_argument(
         "--policy", type=Path, action="append", default=[], help="a `sim train` run directory"
     )
@@ -191,8 +220,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "world":
         run_world(args.world, args.policy, args.episodes, args.seed)
-    elif args.sim is None:
+    elif not args.sim:
         parser.error("rank needs the simulator directory: fidelity_rank.py rank WORLD SIM")
+    elif len(args.sim) > 1:
+        if args.calibrate or args.save:
+            parser.error("--calibrate and --save take one simulator")
+        rank_average(args.world, args.sim, args.policy, args.episodes, args.seed, args.verbose)
     else:
         if (
             args.save is not None
@@ -200,7 +233,7 @@ def main() -> None:
             and (not args.save.is_dir() or any(args.save.iterdir()))
         ):
             sys.exit(f"--save {args.save} already exists and is not empty: choose a new directory")
-        sim = load_sim(args.sim, args.world, args.episodes, args.seed)
+        sim = load_sim(args.sim[0], args.world, args.episodes, args.seed)
         report(args.world, sim, args.policy, args.episodes, args.seed, args.verbose, "before calibration")
         if args.calibrate:
             after = calibrated(args.world, sim, args.calibrate, args.deploy_episodes, args.seed)

@@ -59,6 +59,14 @@ def test_the_probe_reproduces_the_fidelity_command_before_and_after_calibration(
     fidelity_shifts = LearnedSimulator.load(tmp_path / "fid" / "calibrated_sim").report["calibration"][-1]
     assert shifts == fidelity_shifts["shifts"]
 
+    # two copies of one simulator: each ranks as before, and so does the mean of their returns
+    twice = probe("rank", str(tmp_path), str(tmp_path / "sim"), str(tmp_path / "sim"), "--episodes", "2")
+    each = re.findall(r"Kendall tau \(before calibration\) (-?[0-9.]+)", twice)
+    assert [float(t) for t in each] == [pytest.approx(summary["tau_before"], abs=5e-4)] * 2
+    assert tau(twice, "mean of 2 simulators' returns, before calibration") == pytest.approx(
+        summary["tau_before"], abs=5e-4
+    )
+
 
 def test_rank_without_the_world_panel_says_how_to_make_it(tmp_path: Path) -> None:
     done = subprocess.run(

@@ -48,3 +48,9 @@ def logs_dir(logs: Logs, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sim(logs: Logs) -> LearnedSimulator:
     """The simulator fitted on the shared logs (default config)."""
     return LearnedSimulator.fit(logs, SimFitConfig())
+
+
+@pytest.fixture(scope="session")
+def sim_two_channel(logs: Logs) -> LearnedSimulator:
+    """The simulator fitted on the shared logs with the offer as a second purchase channel."""
+    return LearnedSimulator.fit(logs, SimFitConfig(offer_form="noisy_or"))

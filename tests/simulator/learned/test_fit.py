@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import sparse
 
 import transferlab.simulator.learned as learned
 from transferlab.platform.config import ConfigError, load_config
@@ -18,21 +19,89 @@ from transferlab.simulator.learned.fit import (
     compiled_logit,
     fit_purchase,
     fit_shock,
+    fit_two_channel,
     infer_unsubscribed,
+    noisy_or_logit,
+    two_channel_objective,
 )
 from transferlab.simulator.logs import Logs, read_logs
 from transferlab.simulator.world import COST_RATIO
 
 
-def test_compiled_tables_give_the_models_log_odds(logs: Logs) -> None:
+@pytest.mark.parametrize(
+    ("offer_form", "offer_segment"),
+    [("log_odds", False), ("log_odds", True), ("noisy_or", False), ("noisy_or", True)],
+)
+def test_compiled_tables_give_the_models_log_odds(logs: Logs, offer_form: str, offer_segment: bool) -> None:
     arr = log_arrays(logs)
-    layout = DesignLayout(promo_days=7)
+    layout = DesignLayout(promo_days=7, offer_segment=offer_segment)
     panel = build_panel(arr, 7, negative_rate=0.05, rng=np.random.default_rng(1))
-    model = fit_purchase(panel, layout, SimFitConfig())
+    model = fit_purchase(panel, layout, SimFitConfig(offer_form=offer_form, offer_segment=offer_segment))
+    assert (model.offer_intercept is not None) == (offer_form == "noisy_or")
     tables = compile_purchase(model, layout)
+    assert int(tables["offer_channel"]) == (offer_form == "noisy_or")
     on_catalog = panel.take(panel.offer_action >= 0)
     assert (on_catalog.offer_age >= 0).any()
     np.testing.assert_allclose(compiled_logit(tables, on_catalog), model.logit(on_catalog, layout), atol=1e-4)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def test_two_channel_log_odds_by_hand() -> None:
+    # P(buy) = 1 - (1 - 0.1)(1 - 0.2) = 0.28 with an offer; 0.1 without
+    out = noisy_or_logit(np.array([_logit(0.1)] * 2), np.array([_logit(0.2)] * 2), np.array([True, False]))
+    np.testing.assert_allclose(out, [_logit(0.28), _logit(0.1)], rtol=1e-10)
+
+
+def _two_channel_data(
+    n: int, seed: int
+) -> tuple[sparse.csr_matrix, sparse.csr_matrix, np.ndarray, np.ndarray]:
+    """Rows of a known two-channel model: 3 customer groups (column 0-2), 2 offer kinds (columns 3-4)."""
+    rng = np.random.default_rng(seed)
+    group, kind = rng.integers(0, 3, n), rng.integers(0, 2, n)
+    on = (rng.random(n) < 0.5).astype(np.float64)
+    x = np.zeros((n, 5))
+    x[np.arange(n), group] = 1.0
+    x[np.arange(n), 3 + kind] = on
+    l0 = np.array([-3.0, -2.0, -1.0])[group] - 0.5
+    lq = np.array([-2.5, -1.0])[kind] - 0.5
+    p = 1 - (1 - 1 / (1 + np.exp(-l0))) * (1 - on / (1 + np.exp(-lq)))
+    y = (rng.random(n) < p).astype(np.float64)
+    m0 = np.array([1.0, 1, 1, 0, 0])
+    return sparse.csr_matrix(x * m0), sparse.csr_matrix(x * (1 - m0)), on, y
+
+
+def test_two_channel_gradient_matches_finite_differences() -> None:
+    x0, xq, on, y = _two_channel_data(500, 0)
+    pen = np.full(5, 0.3)
+    theta = np.random.default_rng(1).normal(-1.0, 0.5, 7)
+    _, grad = two_channel_objective(theta, x0, xq, on, y, np.ones(len(y)), pen)
+    eps = 1e-6
+    numeric = [
+        (
+            two_channel_objective(theta + eps * e, x0, xq, on, y, np.ones(len(y)), pen)[0]
+            - two_channel_objective(theta - eps * e, x0, xq, on, y, np.ones(len(y)), pen)[0]
+        )
+        / (2 * eps)
+        for e in np.eye(7)
+    ]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-8)
+
+
+def test_the_two_channel_fit_recovers_a_known_model() -> None:
+    x0, xq, on, y = _two_channel_data(200_000, 2)
+    theta, _ = fit_two_channel(x0, xq, on, y, np.ones(len(y)), np.full(5, 1e-6), np.zeros(7))
+    coef, b0, bq = theta[:5], theta[5], theta[6]
+    # each channel is identified up to its own intercept: compare the sums the data pin
+    np.testing.assert_allclose(coef[:3] + b0, [-3.5, -2.5, -1.5], atol=0.08)
+    np.testing.assert_allclose(coef[3:] + bq, [-3.0, -1.5], atol=0.08)
+
+
+def test_the_two_channel_form_needs_the_logistic_model() -> None:
+    with pytest.raises(ConfigError, match="use model='logistic'"):
+        SimFitConfig(model="hgb", offer_form="noisy_or")
 
 
 def test_a_bigger_discount_raises_purchase_probability(sim: LearnedSimulator) -> None:

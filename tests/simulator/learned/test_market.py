@@ -78,8 +78,12 @@ def test_bad_actions_are_rejected(sim: LearnedSimulator) -> None:
             market.step(bad)
 
 
-def test_the_loop_computes_the_compiled_log_odds(sim: LearnedSimulator) -> None:
-    """``SimMarket.purchase_logit`` (flat indices, bit counts) equals the tables read row by row."""
+@pytest.mark.parametrize("fitted", ["sim", "sim_two_channel"])
+def test_the_loop_computes_the_compiled_log_odds(fitted: str, request: pytest.FixtureRequest) -> None:
+    """``SimMarket.purchase_logit`` (flat indices, bit counts) equals the tables read row by row
+    (the offer as log-odds, and as a second purchase channel)."""
+    sim: LearnedSimulator = request.getfixturevalue(fitted)
+    assert int(sim.params.offer_channel) == (fitted == "sim_two_channel")
     params = dataclasses.replace(sim.params, shock_sd=np.array(0.0))
     market = SimMarket(params, n_envs=3, n_customers=400, seed=3)
     for a in _random_actions(np.random.default_rng(3), 12, 3):

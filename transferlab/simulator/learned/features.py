@@ -422,6 +422,8 @@ class DesignLayout:
 
     promo_days: int
     pushes_cap: tuple[int, int] = (7, 30)
+    offer_segment: bool = False
+    """Add ``offer_segment`` (one-hot segment while an offer is active): each segment's own response."""
 
     @property
     def blocks(self) -> dict[str, int]:
@@ -441,6 +443,7 @@ class DesignLayout:
             "discount_age": 1,
             "offer_recency": R,
             "offer_frequency": F,
+            **({"offer_segment": S} if self.offer_segment else {}),
         }
 
     def start(self, block: str) -> int:
@@ -476,6 +479,7 @@ class DesignLayout:
             **{b: list(SEGMENTS) for b in ("discount", "discount2", "hour_cos", "hour_sin")},
             "offer_recency": [f"r{r}" for r in range(R)],
             "offer_frequency": [f"f{f}" for f in range(F)],
+            "offer_segment": list(SEGMENTS),
         }
         out: list[str] = []
         for block, width in self.blocks.items():
@@ -517,6 +521,8 @@ def design_matrix(panel: Panel, layout: DesignLayout) -> sparse.csr_matrix:
         (st("offer_recency") + rb, on),
         (st("offer_frequency") + fb, on),
     ]
+    if layout.offer_segment:
+        entries.append((st("offer_segment") + seg, on))
     cols = np.concatenate([c for c, _ in entries])
     vals = np.concatenate([v for _, v in entries])
     rows = np.tile(np.arange(n), len(entries))

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, model_validator
 from scipy import sparse
 from scipy.optimize import nnls
 from sklearn.linear_model import LogisticRegression, Ridge
@@ -128,6 +128,15 @@ class SimFitConfig(BaseConfig):
         description="Pseudo-observations pulling sparse rates (unsubscribes by fatigue, stock-outs by cover) "
         "toward their pooled rate.",
     )
+    offer_segment: bool = Field(
+        False, description="Give each segment its own response to an active offer (a column per segment)."
+    )
+    offer_form: Literal["log_odds", "noisy_or"] = Field(
+        "log_odds",
+        description="How an offer moves a purchase: 'log_odds' (its terms add to the customer's log-odds) or "
+        "'noisy_or' (a second purchase channel: P = 1 - (1 - P_customer)(1 - P_offer), so an offer "
+        "adds about the same purchase rate to rare and regular buyers).",
+    )
     hgb_max_iter: int = Field(150, ge=10, le=2000, description="Boosting iterations when model='hgb'.")
     chunk_customers: int = Field(
         5000, ge=100, description="Customers per chunk when building customer-day states (memory bound)."
@@ -138,6 +147,15 @@ class SimFitConfig(BaseConfig):
         le=256,
         description="BLAS/OpenMP threads of the fit (its problems are small: more threads mostly contend).",
     )
+
+    @model_validator(mode="after")
+    def _two_channel_is_logistic(self) -> SimFitConfig:
+        if self.offer_form == "noisy_or" and self.model != "logistic":
+            raise ValueError(
+                "offer_form='noisy_or' is fitted by maximum likelihood of the logistic terms: "
+                "use model='logistic' with it, or offer_form='log_odds' with model='hgb'"
+            )
+        return self
 
 
 @dataclass
@@ -162,9 +180,134 @@ class PurchaseModel:
     extra: dict[str, float]
     booster: Any = None
     """The boosting model the tables were distilled from (model='hgb'), for the held-out check."""
+    offer_intercept: float | None = None
+    """The offer channel's intercept when the offer is a second channel (offer_form='noisy_or')."""
 
     def logit(self, panel: Panel, layout: DesignLayout) -> np.ndarray:
-        return np.asarray(design_matrix(panel, layout) @ self.coef) + self.intercept
+        x = design_matrix(panel, layout)
+        if self.offer_intercept is None:
+            return np.asarray(x @ self.coef) + self.intercept
+        m0, mq = channel_masks(layout)
+        l0 = np.asarray(x @ (self.coef * m0)) + self.intercept
+        lq = np.asarray(x @ (self.coef * mq)) + self.offer_intercept
+        return noisy_or_logit(l0, lq, panel.offer_age >= 0)
+
+
+OFFER_BLOCKS = (
+    "fatigue",
+    "offer_age",
+    "offer_main",
+    "discount",
+    "discount2",
+    "hour_cos",
+    "hour_sin",
+    "discount_age",
+    "offer_recency",
+    "offer_frequency",
+    "offer_segment",
+)
+SHARED_BLOCKS = ("weekday", "competitor")
+
+
+def channel_masks(layout: DesignLayout) -> tuple[np.ndarray, np.ndarray]:
+    """0/1 column masks of the customer channel and of the offer channel (day terms in both)."""
+    m0, mq = np.zeros(layout.n_columns), np.zeros(layout.n_columns)
+    for block, width in layout.blocks.items():
+        lo = layout.start(block)
+        if block in OFFER_BLOCKS or block in SHARED_BLOCKS:
+            mq[lo : lo + width] = 1.0
+        if block not in OFFER_BLOCKS:
+            m0[lo : lo + width] = 1.0
+    return m0, mq
+
+
+def _log_sigmoid(z: np.ndarray) -> np.ndarray:
+    return -np.logaddexp(0.0, -z)
+
+
+def noisy_or_logit(l0: np.ndarray, lq: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """Log-odds of ``1 - (1 - sigmoid(l0)) (1 - sigmoid(lq))`` where ``on``, else ``l0``."""
+    a = _log_sigmoid(-l0) + np.where(on, _log_sigmoid(-lq), 0.0)  # log(1 - p)
+    return np.log(-np.expm1(np.minimum(a, -1e-12))) - a
+
+
+def two_channel_objective(
+    theta: np.ndarray,
+    x0: sparse.csr_matrix,
+    xq: sparse.csr_matrix,
+    on: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    pen: np.ndarray,
+) -> tuple[float, np.ndarray]:
+    """Penalised weighted negative log-likelihood of the two-channel model and its gradient.
+
+    ``theta`` = (coef, customer intercept, offer intercept); ``P = 1 - sigmoid(-l0) sigmoid(-lq)^on``
+    with ``l0 = x0 @ coef + b0`` and ``lq = xq @ coef + bq``; the L2 term is ``0.5 * sum(pen * coef^2)``.
+    Both are divided by the total weight (scale-free for the optimiser).
+    """
+    coef, b0, bq = theta[:-2], theta[-2], theta[-1]
+    l0, lq = x0 @ coef + b0, xq @ coef + bq
+    a = np.minimum(_log_sigmoid(-l0) + on * _log_sigmoid(-lq), -1e-12)  # log(1 - p)
+    log_p = np.log(-np.expm1(a))
+    nll = -float(np.sum(w * (y * log_p + (1 - y) * a)))
+    g_a = w * (y * np.exp(a - log_p) - (1 - y))  # d nll / d a
+    g0 = -g_a * np.exp(_log_sigmoid(l0))
+    gq = -g_a * on * np.exp(_log_sigmoid(lq))
+    grad = np.concatenate([x0.T @ g0 + xq.T @ gq + pen * coef, [g0.sum(), gq.sum()]])
+    total = float(w.sum())
+    return (nll + 0.5 * float(np.sum(pen * coef**2))) / total, grad / total
+
+
+def fit_two_channel(
+    x0: sparse.csr_matrix,
+    xq: sparse.csr_matrix,
+    on: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    pen: np.ndarray,
+    theta0: np.ndarray,
+) -> tuple[np.ndarray, int]:
+    """The maximum of :func:`two_channel_objective` (L-BFGS from ``theta0``) and its iteration count."""
+    from scipy.optimize import minimize
+
+    res = minimize(
+        two_channel_objective,
+        theta0,
+        args=(x0, xq, on, y, w, pen),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 2000},
+    )
+    return np.asarray(res.x), int(res.nit)
+
+
+OFFER_START_RATE = 0.002
+"""The offer channel's starting purchase probability per offer-day (the fit moves it)."""
+
+
+def _fit_noisy_or(
+    panel: Panel, layout: DesignLayout, config: SimFitConfig, interaction_c: float, start: PurchaseModel
+) -> PurchaseModel:
+    """The two-channel purchase model, started from the one-channel fit's customer terms."""
+    x = design_matrix(panel, layout).tocsr()
+    m0, mq = channel_masks(layout)
+    pen = np.full(layout.n_columns, 1.0 / config.l2_c)
+    pen[layout.shrunk_columns()] = 1.0 / interaction_c
+    theta0 = np.concatenate([start.coef * m0, [start.intercept, math.log(OFFER_START_RATE)]])
+    theta, iterations = fit_two_channel(
+        x @ sparse.diags(m0),
+        x @ sparse.diags(mq),
+        (panel.offer_age >= 0).astype(np.float64),
+        panel.label.astype(np.float64),
+        panel.weight.astype(np.float64),
+        pen,
+        theta0,
+    )
+    coef = fill_unsupported(theta[:-2], column_support(panel, layout), layout)
+    return PurchaseModel(
+        coef, float(theta[-2]), {"noisy_or_iterations": float(iterations)}, offer_intercept=float(theta[-1])
+    )
 
 
 def fit_purchase(
@@ -183,7 +326,10 @@ def fit_purchase(
     lr = LogisticRegression(C=config.l2_c, solver="newton-cholesky", max_iter=200, tol=1e-6)
     lr.fit(x, panel.label, sample_weight=panel.weight)
     coef = fill_unsupported(lr.coef_[0] * scale, column_support(panel, layout), layout)
-    return PurchaseModel(coef, float(lr.intercept_[0]), {})
+    model = PurchaseModel(coef, float(lr.intercept_[0]), {})
+    if config.offer_form == "noisy_or":
+        return _fit_noisy_or(panel, layout, config, interaction_c, model)
+    return model
 
 
 def column_support(panel: Panel, layout: DesignLayout) -> np.ndarray:
@@ -308,8 +454,20 @@ def compile_purchase(model: PurchaseModel, layout: DesignLayout) -> dict[str, np
     rf_offer = (
         w[st("offer_recency") : st("offer_recency") + R][:, None]
         + w[st("offer_frequency") : st("offer_frequency") + F][None, :]
-    )
-    base = model.intercept + seg[:, None, None, None] + np.stack([rf, rf + rf_offer])[None]  # (S, 2, R, F)
+    )[None] + (w[st("offer_segment") : st("offer_segment") + S] if layout.offer_segment else np.zeros(S))[
+        :, None, None
+    ]  # (S, R, F)
+    if model.offer_intercept is None:
+        base_off = model.intercept + seg[:, None, None] + rf[None]  # (S, R, F)
+        base = np.stack([base_off, base_off + rf_offer], axis=1)  # (S, 2, R, F)
+    else:  # the second index holds the offer channel's own table
+        base = np.stack(
+            [
+                model.intercept + seg[:, None, None] + rf[None],
+                model.offer_intercept + rf_offer,
+            ],
+            axis=1,
+        )
     disc, cos_h, sin_h = catalog_offer_features()
     k = np.arange(p)
 
@@ -338,6 +496,7 @@ def compile_purchase(model: PurchaseModel, layout: DesignLayout) -> dict[str, np
         "fatigue_coef": w[st("fatigue") : st("fatigue") + 2].astype(np.float32),
         "fatigue_cap": np.asarray(layout.pushes_cap),
         "offer": offer.astype(np.float32),
+        "offer_channel": np.array(0 if model.offer_intercept is None else 1),
     }
 
 
@@ -350,14 +509,18 @@ def compiled_logit(tables: dict[str, np.ndarray], panel: Panel) -> np.ndarray:
     action = np.where(on, panel.offer_action, 0)
     fat = tables["fatigue_coef"].astype(np.float64)
     cap7, cap30 = tables["fatigue_cap"]
-    return (
-        tables["base"][panel.segment, on.astype(np.int64), rb, fb]
-        + tables["age_coef"][fb] * np.log(panel.age + 30.0)
-        + tables["weekday_coef"][panel.weekday]
+    day = (
+        tables["weekday_coef"][panel.weekday]
         + tables["competitor_coef"][panel.segment] * panel.log_competitor
-        + (fat[0] * np.minimum(panel.pushes_7d, cap7) + fat[1] * np.minimum(panel.pushes_30d, cap30) / 4) * on
-        + tables["offer"][panel.segment, action, k]
     )
+    age = tables["age_coef"][fb] * np.log(panel.age + 30.0)
+    offer = (
+        fat[0] * np.minimum(panel.pushes_7d, cap7) + fat[1] * np.minimum(panel.pushes_30d, cap30) / 4
+    ) * on + tables["offer"][panel.segment, action, k]
+    if int(tables.get("offer_channel", 0)):
+        l0 = tables["base"][panel.segment, 0, rb, fb] + age + day
+        return noisy_or_logit(l0, tables["base"][panel.segment, 1, rb, fb] + day + offer, on)
+    return tables["base"][panel.segment, on.astype(np.int64), rb, fb] + age + day + offer
 
 
 def offer_effect_summary(offer: np.ndarray) -> dict[str, float]:
@@ -755,7 +918,7 @@ def _purchase_stage(
     panel = build_panel(arr, promo_days, config.negative_rate, rng, config.chunk_customers)
     on = panel.offer_age >= 0
     caps = (int(panel.pushes_7d[on].max(initial=1)), int(panel.pushes_30d[on].max(initial=1)))
-    layout = DesignLayout(promo_days, pushes_cap=caps)
+    layout = DesignLayout(promo_days, pushes_cap=caps, offer_segment=config.offer_segment)
     split = log_tail_days(arr.n_days, config.validation_fraction)
     train, test = panel.take(panel.day < split), panel.take(panel.day >= split)
     if not train.label.any():
@@ -764,6 +927,8 @@ def _purchase_stage(
     model = fit_purchase(train, layout, config, interaction_c)
     report: dict[str, Any] = {
         "model": config.model,
+        "offer_form": config.offer_form,
+        "offer_segment": config.offer_segment,
         "interaction_c": interaction_c,
         "interaction_grid_log_loss": grid,
         "panel_rows": len(panel),

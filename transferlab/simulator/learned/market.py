@@ -22,7 +22,7 @@ and coefficients; no scikit-learn in the loop). :class:`SimMarket` simulates ``n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -132,6 +132,7 @@ class SimParams:
     init_offer_action: np.ndarray
     init_offer_age: np.ndarray
     init_subscribed: np.ndarray
+    offer_channel: np.ndarray = field(default_factory=lambda: np.array(0))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Every field as an array (for ``np.savez``)."""
@@ -140,10 +141,10 @@ class SimParams:
     @classmethod
     def from_arrays(cls, arrays: Any) -> SimParams:
         """Rebuild from :meth:`to_arrays` output (or an ``np.load`` of it); missing keys are an error."""
-        missing = [f.name for f in fields(cls) if f.name not in arrays]
+        missing = [f.name for f in fields(cls) if f.name not in arrays and f.name != "offer_channel"]
         if missing:
             raise ValueError(f"simulator parameters lack {missing}: refit with `transferlab sim fit`")
-        return cls(**{f.name: np.asarray(arrays[f.name]) for f in fields(cls)})
+        return cls(**{f.name: np.asarray(arrays[f.name]) for f in fields(cls) if f.name in arrays})
 
     @property
     def n_promo_days(self) -> int:
@@ -432,7 +433,7 @@ class SimMarket:
         env_seg = self.seg + np.arange(n_env, dtype=np.int32)[:, None] * np.int32(S)
         self._base_index = env_seg * np.int32(2 * R * F) + self._frequency_bucket(self.orders)
         self.age0 = p.init_age[pick].astype(np.float64)
-        self._uniform_age = bool((self.age0 == self.age0[:, :1]).all())
+        self._uniform_age = bool((self.age0 == self.age0[:, :1]).all()) and not int(p.offer_channel)
         self.push_bits = p.init_push_bits[pick].astype(np.uint32)
         offer_on = p.init_offer_action[pick] > 0
         self.offer_action = np.where(offer_on, p.init_offer_action[pick], 0).astype(np.int32)
@@ -559,6 +560,8 @@ class SimMarket:
         self._recency = RECENCY_LUT.take(since)
         on = self.offer_action > 0
         index = self._recency * np.int32(F) + self._base_index
+        if int(self.params.offer_channel):
+            return self._two_channel_logit(index, on)
         index += on * np.int32(R * F)
         logit = self._day_table().take(index)
         if not self._uniform_age:
@@ -570,6 +573,26 @@ class SimMarket:
         offer = self._seg_offer + self.offer_action * np.int32(self.promo_days)
         offer += self.offer_age
         logit += self._offer.take(offer)
+        return logit
+
+    def _two_channel_logit(self, index: np.ndarray, on: np.ndarray) -> np.ndarray:
+        """Log-odds of buying through the customer's own channel or the offer's (offer_channel=1)."""
+        table = self._day_table()
+        logit = table.take(index)
+        fb = self._frequency_bucket(self.orders)
+        logit += (self.params.age_coef[fb] * self._log_age(self.age0)).astype(np.float32)
+        if not on.any():
+            return logit
+        lq = table.take(index[on] + np.int32(R * F))
+        week = np.bitwise_count(self.push_bits[on] & WEEK_BITS)
+        month = np.bitwise_count(self.push_bits[on])
+        lq += self._fatigue.take(week * np.uint8(31) + month)
+        lq += self._offer.take(
+            self._seg_offer[on] + self.offer_action[on] * np.int32(self.promo_days) + self.offer_age[on]
+        )
+        l0 = logit[on].astype(np.float64)
+        a = -np.logaddexp(0.0, l0) - np.logaddexp(0.0, lq.astype(np.float64))
+        logit[on] = (np.log(-np.expm1(np.minimum(a, -1e-12))) - a).astype(np.float32)
         return logit
 
     def _day_table(self) -> np.ndarray:
