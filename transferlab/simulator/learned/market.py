@@ -69,7 +69,10 @@ class SimParams:
     mean log competitor index; ``cover_coef`` (1,); ``fatigue_coef`` (2,) on pushes 7d and pushes 30d / 4
     while an offer is active, each count capped at ``fatigue_cap`` (2,); ``offer`` (S, A, promo_days)
     the offer's log-odds by segment, catalog action and days since the push; ``shock_sd`` (1,)
-    day-level demand shock.
+    day-level demand shock. ``offer_channel`` (1,): 1 when the offer is a second purchase channel
+    (``offer_form='noisy_or'``): then ``base[:, 1]`` is that channel's own table (with the day's terms,
+    the fatigue and the ``offer`` table added) and P = 1 - (1 - P_customer)(1 - P_offer); 0 (the
+    default, and what simulators saved before it existed load as) adds the offer to the log-odds.
 
     Orders: ``spend_mu`` (S,), ``spend_discount`` (1,), ``spend_sigma`` (1,) lognormal list value;
     ``category_cdf`` (S, K); ``cost_ratio`` (K,) cost of goods / list value; ``return_recovery`` (K,)
@@ -140,7 +143,8 @@ class SimParams:
 
     @classmethod
     def from_arrays(cls, arrays: Any) -> SimParams:
-        """Rebuild from :meth:`to_arrays` output (or an ``np.load`` of it); missing keys are an error."""
+        """Rebuild from :meth:`to_arrays` output (or an ``np.load`` of it); missing keys are an error
+        (except ``offer_channel``, which simulators saved before it existed lack)."""
         missing = [f.name for f in fields(cls) if f.name not in arrays and f.name != "offer_channel"]
         if missing:
             raise ValueError(f"simulator parameters lack {missing}: refit with `transferlab sim fit`")
