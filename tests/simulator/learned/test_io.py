@@ -46,6 +46,20 @@ def test_save_load_round_trip_gives_the_same_simulation(sim: LearnedSimulator, t
     assert "held-out log loss" in (path / "fit_report.md").read_text()
 
 
+def test_a_two_channel_simulator_round_trips_and_an_older_one_loads_as_one_channel(
+    sim_two_channel: LearnedSimulator, sim: LearnedSimulator, tmp_path: Path
+) -> None:
+    loaded = LearnedSimulator.load(sim_two_channel.save(tmp_path / "two"))
+    assert int(loaded.params.offer_channel) == 1 and loaded.config.offer_form == "noisy_or"
+    for a, b in zip(_episode(sim_two_channel, 5), _episode(loaded, 5), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # a simulator saved before the field existed: its params.npz has no offer_channel
+    old = sim.save(tmp_path / "old")
+    arrays = {k: v for k, v in np.load(old / "params.npz").items() if k != "offer_channel"}
+    np.savez(old / "params.npz", **arrays)
+    assert int(LearnedSimulator.load(old).params.offer_channel) == 0
+
+
 def test_save_refuses_a_non_empty_directory_and_load_explains_a_bad_one(
     sim: LearnedSimulator, tmp_path: Path
 ) -> None:
