@@ -292,3 +292,40 @@ def test_resume_refuses_settings_it_would_ignore(tmp_path: Path) -> None:
         "drop them",
     )
     assert (run.dir / "meta.json").read_text() == before  # refused before the run is touched
+
+
+def test_resume_goes_on_with_the_device_and_dtype_given(tmp_path: Path) -> None:
+    from transferlab.coding_rl.train_run import TrainOptions, TrainRunConfig, _moved
+    from transferlab.coding_rl.trainers.rl import RLConfig
+
+    saved = TrainRunConfig(
+        algo="grpo", model="m", tasks="toy", out="o", device="cuda", dtype="bfloat16", rl=RLConfig()
+    )
+
+    def opts(device: str | None, dtype: str | None) -> TrainOptions:
+        return TrainOptions(
+            "grpo",
+            None,
+            None,
+            None,
+            "train",
+            None,
+            device,
+            dtype,
+            None,
+            False,
+            None,
+            None,
+            None,
+            tmp_path,
+            tmp_path,
+        )
+
+    assert _moved(saved, opts(None, None)) == saved  # not given: the run goes on as it began
+    assert _moved(saved, opts("cuda", None)) == saved
+    moved = _moved(saved, opts("cpu", "float32"))
+    assert (moved.device, moved.dtype) == ("cpu", "float32")
+    assert moved.rl is not None and (moved.rl.device, moved.rl.dtype) == ("cpu", "float32")
+    assert moved.rl.model_dump(exclude={"device", "dtype"}) == RLConfig().model_dump(
+        exclude={"device", "dtype"}
+    )

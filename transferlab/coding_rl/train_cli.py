@@ -107,8 +107,22 @@ ConfigOption = Annotated[
         show_default=False,
     ),
 ]
-DeviceOption = Annotated[str, typer.Option("--device", help="auto | cpu | cuda | cuda:N")]
-DtypeOption = Annotated[str, typer.Option("--dtype", help="auto | float32 | bfloat16 | float16")]
+DeviceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--device",
+        help="auto | cpu | cuda | cuda:N (default auto; with --resume: where it goes on, else as it began)",
+        show_default=False,
+    ),
+]
+DtypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        help="auto | float32 | bfloat16 | float16 (default auto; with --resume: as for --device)",
+        show_default=False,
+    ),
+]
 LoraOption = Annotated[
     int | None, typer.Option("--lora-r", min=1, help="Train LoRA adapters of this rank.", show_default=False)
 ]
@@ -158,8 +172,8 @@ def train_sft_command(
     out: OutOption = None,
     split: SplitOption = "train",
     config: ConfigOption = None,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    device: DeviceOption = None,
+    dtype: DtypeOption = None,
     lora_r: LoraOption = None,
     merge: MergeOption = False,
     steps: StepsOption = None,
@@ -201,8 +215,8 @@ def _rl_command(algo: Algo) -> Any:
         out: OutOption = None,
         split: SplitOption = "train",
         config: ConfigOption = None,
-        device: DeviceOption = "auto",
-        dtype: DtypeOption = "auto",
+        device: DeviceOption = None,
+        dtype: DtypeOption = None,
         lora_r: LoraOption = None,
         merge: MergeOption = False,
         steps: StepsOption = None,
@@ -267,8 +281,8 @@ def eval_command(
     samples: Annotated[
         int, typer.Option("--samples", "-k", min=1, help="Episodes per task (temperature 1).")
     ] = 4,
-    device: DeviceOption = "auto",
-    dtype: DtypeOption = "auto",
+    device: DeviceOption = None,
+    dtype: DtypeOption = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seeds sampling.")] = 12_345,
     max_new_tokens: Annotated[
         int | None,

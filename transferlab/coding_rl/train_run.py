@@ -287,8 +287,8 @@ class TrainOptions:
     out: Path | None
     split: str
     config: Path | None
-    device: str
-    dtype: str
+    device: str | None
+    dtype: str | None
     lora_r: int | None
     merge: bool
     steps: int | None
@@ -323,8 +323,8 @@ def build_run_config(opts: TrainOptions, mode: str) -> TrainRunConfig:
         rl_given = {
             "algo": opts.algo,
             "mode": mode,
-            "device": opts.device,
-            "dtype": opts.dtype,
+            "device": opts.device or "auto",
+            "dtype": opts.dtype or "auto",
             "lora": lora.to_dict() if lora is not None else None,
             "rollout_backend": opts.rollout_backend,
             "rollout_workers": opts.rollout_workers,
@@ -344,8 +344,8 @@ def build_run_config(opts: TrainOptions, mode: str) -> TrainRunConfig:
         tasks=opts.tasks,
         split="held-out" if opts.split == "held-out" else "train",
         out=str(opts.out.expanduser().resolve()),
-        device=opts.device,
-        dtype=opts.dtype,
+        device=opts.device or "auto",
+        dtype=opts.dtype or "auto",
         lora_r=lora_r,
         merge=opts.merge,
         sft=trainer if opts.algo == "sft" else None,
@@ -382,7 +382,28 @@ def _resumed_config(opts: TrainOptions) -> tuple[TrainRunConfig, Run]:
             f"{', '.join(ignored)} would be ignored: drop {'it' if len(ignored) == 1 else 'them'}, or start "
             "a new run without --resume"
         )
-    return cfg, run
+    return _moved(cfg, opts), run
+
+
+def _moved(cfg: TrainRunConfig, opts: TrainOptions) -> TrainRunConfig:
+    """``cfg`` on the ``--device`` / ``--dtype`` given with ``--resume`` (a run may go on elsewhere)."""
+    given = {k: v for k, v in (("device", opts.device), ("dtype", opts.dtype)) if v is not None}
+    moved = {k: v for k, v in given.items() if v != getattr(cfg, k)}
+    if not moved:
+        return cfg
+    echo_progress(
+        "resuming with "
+        + ", ".join(f"--{k} {v} (the run started with {getattr(cfg, k)})" for k, v in moved.items())
+    )
+    from transferlab.platform.config import ConfigError
+
+    update: dict[str, Any] = dict(moved)
+    if cfg.rl is not None:
+        try:
+            update["rl"] = type(cfg.rl).from_dict({**cfg.rl.to_dict(), **moved})
+        except ConfigError as exc:
+            fail(_one_line(exc))
+    return cfg.model_copy(update=update)
 
 
 def _setting_flags(opts: TrainOptions) -> dict[str, object]:
@@ -567,6 +588,7 @@ def run_train(opts: TrainOptions) -> None:
         else:
             run.acquire()
             resumed = True
+            run.update_meta(resumed_on={"device": cfg.device, "dtype": cfg.dtype})
     except (RunInUseError, ValueError, OSError) as exc:
         fail(_one_line(exc))
     with run:
