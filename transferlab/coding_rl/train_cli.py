@@ -301,7 +301,9 @@ def eval_command(
     """Success rate on the tasks (every dev and hidden test passes), with a 95% interval by task."""
     from transferlab.coding_rl.train_run import run_eval
 
-    result = run_eval(model, tasks, split, samples, device, dtype, seed, max_new_tokens, max_steps)
+    result = run_eval(
+        model, tasks, split, samples, device or "auto", dtype or "auto", seed, max_new_tokens, max_steps
+    )
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
