@@ -56,7 +56,7 @@ from transferlab.simulator.learned.features import (
     log_tail_days,
     push_history_bits,
 )
-from transferlab.simulator.learned.market import PEND, PENDING_KEYS, SimParams
+from transferlab.simulator.learned.market import PEND, PENDING_KEYS, SimParams, noisy_or_logit
 from transferlab.simulator.logs import LogError, Logs
 from transferlab.simulator.market import CATALOG, DAY_KEYS, SEGMENTS
 
@@ -223,12 +223,6 @@ def channel_masks(layout: DesignLayout) -> tuple[np.ndarray, np.ndarray]:
 
 def _log_sigmoid(z: np.ndarray) -> np.ndarray:
     return -np.logaddexp(0.0, -z)
-
-
-def noisy_or_logit(l0: np.ndarray, lq: np.ndarray, on: np.ndarray) -> np.ndarray:
-    """Log-odds of ``1 - (1 - sigmoid(l0)) (1 - sigmoid(lq))`` where ``on``, else ``l0``."""
-    a = _log_sigmoid(-l0) + np.where(on, _log_sigmoid(-lq), 0.0)  # log(1 - p)
-    return np.log(-np.expm1(np.minimum(a, -1e-12))) - a
 
 
 def two_channel_objective(

@@ -209,6 +209,12 @@ class SimParams:
         )
 
 
+def noisy_or_logit(l0: np.ndarray, lq: np.ndarray, on: np.ndarray | bool = True) -> np.ndarray:
+    """Log-odds of ``1 - (1 - sigmoid(l0)) (1 - sigmoid(lq))`` where ``on``, else ``l0``."""
+    a = -np.logaddexp(0.0, l0) - np.where(on, np.logaddexp(0.0, lq), 0.0)  # log(1 - p)
+    return np.log(-np.expm1(np.minimum(a, -1e-12))) - a
+
+
 def sample_cdf(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF draws: the first index whose cumulative probability exceeds ``u`` (rows: per draw)."""
     if cdf.ndim == 1:
@@ -571,13 +577,19 @@ class SimMarket:
         if not self._uniform_age:
             fb = self._frequency_bucket(self.orders)
             logit += (self.params.age_coef[fb] * self._log_age(self.age0)).astype(np.float32)
-        week = np.bitwise_count(self.push_bits & WEEK_BITS)
-        month = np.bitwise_count(self.push_bits)
-        logit += self._fatigue.take(week * np.uint8(31) + month) * on
-        offer = self._seg_offer + self.offer_action * np.int32(self.promo_days)
-        offer += self.offer_age
-        logit += self._offer.take(offer)
+        fatigue, offer = self._offer_terms(slice(None))
+        logit += fatigue * on
+        logit += offer
         return logit
+
+    def _offer_terms(self, mask: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+        """Push fatigue and the offer table's log-odds of the customers in ``mask`` (the offer table
+        is zero without an offer; the fatigue term counts only while one is active)."""
+        bits = self.push_bits[mask]
+        week, month = np.bitwise_count(bits & WEEK_BITS), np.bitwise_count(bits)
+        offer = self._seg_offer[mask] + self.offer_action[mask] * np.int32(self.promo_days)
+        offer += self.offer_age[mask]
+        return self._fatigue.take(week * np.uint8(31) + month), self._offer.take(offer)
 
     def _two_channel_logit(self, index: np.ndarray, on: np.ndarray) -> np.ndarray:
         """Log-odds of buying through the customer's own channel or the offer's (offer_channel=1)."""
@@ -587,16 +599,11 @@ class SimMarket:
         logit += (self.params.age_coef[fb] * self._log_age(self.age0)).astype(np.float32)
         if not on.any():
             return logit
+        fatigue, offer = self._offer_terms(on)
         lq = table.take(index[on] + np.int32(R * F))
-        week = np.bitwise_count(self.push_bits[on] & WEEK_BITS)
-        month = np.bitwise_count(self.push_bits[on])
-        lq += self._fatigue.take(week * np.uint8(31) + month)
-        lq += self._offer.take(
-            self._seg_offer[on] + self.offer_action[on] * np.int32(self.promo_days) + self.offer_age[on]
-        )
-        l0 = logit[on].astype(np.float64)
-        a = -np.logaddexp(0.0, l0) - np.logaddexp(0.0, lq.astype(np.float64))
-        logit[on] = (np.log(-np.expm1(np.minimum(a, -1e-12))) - a).astype(np.float32)
+        lq += fatigue
+        lq += offer
+        logit[on] = noisy_or_logit(logit[on].astype(np.float64), lq.astype(np.float64)).astype(np.float32)
         return logit
 
     def _day_table(self) -> np.ndarray:
