@@ -12,6 +12,7 @@ holds figures from result.json with seed-clustered intervals.
     python scripts/rl_pilot.py ops sft lr=1e-3 --seed 2 --eval   # SFTConfig changes, another seed
     python scripts/rl_pilot.py code sft recovery_every=2 --eval  # an experiment field (TOP_LEVEL)
     python scripts/rl_pilot.py ops rl RUN_DIR lr=1e-4 kl_coef=0.2
+    python scripts/rl_pilot.py code sft eval_episodes=8 eval_temperature=1.0 --eval   # and pass@k
 
 A variant is ``name`` from VARIANTS or ``field=value`` pairs of RLConfig (``rl_tasks=all`` sets the
 experiment's field). Each writes ``RUN_DIR/pilot-<variant>.json``.
@@ -42,6 +43,8 @@ TOP_LEVEL = {
     "policy",
     "sft_tasks",
     "train_tasks",
+    "eval_episodes",
+    "eval_temperature",
 }
 """Experiment fields (not RLConfig / SFTConfig ones) a variant may change (``policy.n_layer=4``: one
 field of the policy, the others kept)."""
@@ -76,14 +79,33 @@ def score(domain: str, setup: Any, model: Any) -> dict[str, Any]:
     """Held-out success (and the domain's diagnosis) of ``model``."""
     if domain == "code":
         r = setup.evaluate(model)
-        return {"held_out": mean(r["held_out"]), "diagnosis": r["diagnosis"]}
+        return {
+            "held_out": mean(r["held_out"]),
+            "per_task": r["held_out"],
+            **pass_at_ks(r["held_out"], setup.config.eval_episodes),
+            "diagnosis": r["diagnosis"],
+        }
     s = setup.scores(model)
     return {
         "held_out": mean(s["held_out"]),
+        "per_task": s["held_out"],
+        **pass_at_ks(s["held_out"], setup.config.eval_episodes),
         "rubric": mean(s["rubric"]),
         "habits": s["habits"],
         "diagnosis": s["diagnosis"],
     }
+
+
+def pass_at_ks(rates: list[float], n: int) -> dict[str, float]:
+    """Mean pass@k over tasks for k = 1, 2, 4, ... up to the ``n`` episodes scored per task.
+
+    With ``n`` > 1 samples per task (``eval_episodes=8``) pass@k well above pass@1 is the room RL, which
+    sharpens the policy's own samples, has to grow held-out success; pass@k near pass@1 says it has none.
+    """
+    from transferlab.platform.stats import pass_at_k
+
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return {f"pass@{k}": mean(pass_at_k(n, round(r * n), k) for r in rates) for k in ks}
 
 
 def main() -> None:

@@ -60,3 +60,25 @@ def test_an_sft_pilot_takes_an_experiment_field(tmp_path: Path) -> None:
     assert sft["changes"] == {"recovery_every": 3, "steps": 2}
     config = json.loads((Path(sft["run_dir"]) / "config.json").read_text())
     assert config["recovery_every"] == 3 and config["sft"]["steps"] == 2
+
+
+def test_pass_at_ks_averages_the_unbiased_estimator_over_tasks() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rl_pilot", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # two tasks of 4 episodes: 1 success (pass@2 = 1 - 3/6), 0 successes
+    assert module.pass_at_ks([0.25, 0.0], 4) == pytest.approx(
+        {"pass@1": 0.125, "pass@2": 0.25, "pass@4": 0.5}
+    )
+    assert module.pass_at_ks([0.5], 2) == pytest.approx({"pass@1": 0.5, "pass@2": 1.0})
+
+
+@pytest.mark.slow
+def test_an_sft_pilot_scores_several_episodes_per_task_as_pass_at_k(tmp_path: Path) -> None:
+    sft = pilot("code", "sft", "eval_episodes=2", "eval_temperature=1.0", "steps=2", "--eval", root=tmp_path)
+    assert sft["pass@1"] == pytest.approx(sft["held_out"])
+    assert sft["pass@1"] <= sft["pass@2"] <= 1.0
+    assert all(r in (0.0, 0.5, 1.0) for r in sft["per_task"])

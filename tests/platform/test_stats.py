@@ -15,6 +15,7 @@ from transferlab.platform.stats import (
     clustered_bootstrap_diff_ci,
     first_crossing,
     mde,
+    pass_at_k,
     verdict,
     verdict_sentence,
 )
@@ -290,3 +291,34 @@ def test_verdict_rejects_inconsistent_inputs() -> None:
         verdict(0.1, (0.0,), 0.1)
     with pytest.raises(ValueError, match="MDE >= 0"):
         verdict(0.1, (0.0, 0.2), -1.0)
+
+
+def test_pass_at_k_by_hand() -> None:
+    # 4 samples, 1 success: any 2 of the 6 pairs miss it in 3 -> 1 - 3/6
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    # 8 samples, 2 successes, k=4: 1 - C(6,4)/C(8,4) = 1 - 15/70
+    assert pass_at_k(8, 2, 4) == pytest.approx(1 - 15 / 70)
+    assert pass_at_k(8, 3, 1) == pytest.approx(3 / 8)  # pass@1 is the success rate
+    assert pass_at_k(8, 0, 8) == 0.0
+    assert pass_at_k(8, 5, 4) == 1.0  # fewer than k failures: every draw of k holds a success
+
+
+def test_pass_at_k_matches_a_simulation() -> None:
+    rng = np.random.default_rng(0)
+    draws = [rng.permutation([1] * 3 + [0] * 7)[:4].any() for _ in range(20000)]
+    assert pass_at_k(10, 3, 4) == pytest.approx(float(np.mean(draws)), abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "match"),
+    [
+        (0, 0, 1, "n >= 1"),
+        (4, 5, 1, "0 <= c <= n"),
+        (4, 1, 0, "k must be"),
+        (4, 1, 5, "k must be"),
+        (4, -1, 1, "0 <= c"),
+    ],
+)
+def test_pass_at_k_rejects_impossible_counts(n: int, c: int, k: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        pass_at_k(n, c, k)

@@ -34,6 +34,7 @@ __all__ = [
     "clustered_bootstrap_diff_ci",
     "first_crossing",
     "mde",
+    "pass_at_k",
     "verdict",
     "verdict_sentence",
 ]
@@ -370,6 +371,31 @@ def first_crossing(
         return float(xs[0])
     x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
     return float(x0 + (threshold - y0) * (x1 - x0) / (y1 - y0))
+
+
+# ---------------------------------------------------------------------------------------- pass@k
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The chance that at least one of ``k`` samples drawn without replacement from ``n`` is a success.
+
+    The unbiased estimator of pass@k from ``n`` samples of which ``c`` succeeded (Chen et al. 2021,
+    "Evaluating Large Language Models Trained on Code"): ``1 - C(n - c, k) / C(n, k)``. Averaged over
+    tasks it says how often a policy that may try ``k`` times solves a task; pass@k well above pass@1
+    is the room a sharpening method (RL on the policy's own samples) has to grow its pass@1.
+
+    >>> pass_at_k(8, 1, 1), pass_at_k(8, 1, 8), round(pass_at_k(4, 2, 2), 4)
+    (0.125, 1.0, 0.8333)
+    """
+    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
+        raise TypeError(f"n, c and k must be integers, got {n!r}, {c!r}, {k!r}")
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"need n >= 1 samples and 0 <= c <= n successes, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and the number of samples n={n}, got k={k}; draw more samples")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 # --------------------------------------------------------------------------------- what a null means
