@@ -97,14 +97,14 @@ def score(domain: str, setup: Any, model: Any) -> dict[str, Any]:
 
 
 def pass_at_ks(rates: list[float], n: int) -> dict[str, float]:
-    """Mean pass@k over tasks for k = 1, 2, 4, ... up to the ``n`` episodes scored per task.
+    """Mean pass@k over tasks for the powers of two k = 1, 2, 4, ... up to the ``n`` episodes per task.
 
     With ``n`` > 1 samples per task (``eval_episodes=8``) pass@k well above pass@1 is the room RL, which
     sharpens the policy's own samples, has to grow held-out success; pass@k near pass@1 says it has none.
     """
     from transferlab.platform.stats import pass_at_k
 
-    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    ks = [2**i for i in range(n.bit_length())]
     return {f"pass@{k}": mean(pass_at_k(n, round(r * n), k) for r in rates) for k in ks}
 
 
