@@ -13,9 +13,11 @@ holds figures from result.json with seed-clustered intervals.
     python scripts/rl_pilot.py code sft recovery_every=2 --eval  # an experiment field (TOP_LEVEL)
     python scripts/rl_pilot.py ops rl RUN_DIR lr=1e-4 kl_coef=0.2
     python scripts/rl_pilot.py code sft eval_episodes=8 eval_temperature=1.0 --eval   # and pass@k
+    python scripts/rl_pilot.py ops rft RUN_DIR rounds=4 sft.lr=3e-4   # expert iteration from SFT (ops)
 
 A variant is ``name`` from VARIANTS or ``field=value`` pairs of RLConfig (``rl_tasks=all`` sets the
-experiment's field). Each writes ``RUN_DIR/pilot-<variant>.json``.
+experiment's field); for ``rft`` (ops only) fields of the code experiment's RFTSettings, on RL's
+number of episodes. Each writes ``RUN_DIR/pilot-<variant>.json``.
 """
 
 from __future__ import annotations
@@ -111,9 +113,11 @@ def pass_at_ks(rates: list[float], n: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("domain", choices=["code", "ops"])
-    parser.add_argument("phase", choices=["sft", "rl"])
+    parser.add_argument("phase", choices=["sft", "rl", "rft"])
     parser.add_argument(
-        "rest", nargs="*", help="rl: RUN_DIR then the variant; sft: SFTConfig changes as field=value"
+        "rest",
+        nargs="*",
+        help="rl / rft: RUN_DIR then the variant; sft: SFTConfig changes as field=value",
     )
     parser.add_argument("--seed", type=int, default=0, help="The seed of the SFT policy (and RL arm).")
     parser.add_argument("--root", type=Path, default=Path("runs/pilots"))
@@ -126,7 +130,9 @@ def main() -> None:
 
     name, preset, setup_cls = domain_parts(args.domain, args.preset)
     torch.set_num_threads(preset.torch_threads)
-    resume = Path(args.rest[0]) if args.phase == "rl" else None
+    if args.phase == "rft" and args.domain != "ops":
+        raise SystemExit("error: the rft phase is for ops (the code experiment has its own rft arm)")
+    resume = Path(args.rest[0]) if args.phase != "sft" else None
     seed = args.seed
     if args.phase == "sft":
         variant, sft_changes = parse_variant(args.rest) if args.rest else ("sft", {})
@@ -143,9 +149,13 @@ def main() -> None:
             {**preset.model_dump(), "seeds": [seed], "sft": sft.model_dump(), **top_sft}
         )
     else:
-        variant, changes = parse_variant(args.rest[1:])
+        variant, changes = parse_variant(args.rest[1:]) if args.rest[1:] else ("base", {})
         shown = changes
         preset = preset.model_copy(update={"seeds": [seed]})
+    rft_changes: dict[str, Any] = {}
+    if args.phase == "rft":
+        rft_changes, changes = changes, {}
+        variant = f"rft-{variant}"
     exp, config, _ = open_experiment(name, preset, args.root, resume, None, shared=True)
     top = {k: v for k, v in changes.items() if k in TOP_LEVEL}
     rl_changes = {k: v for k, v in changes.items() if k not in TOP_LEVEL}
@@ -178,8 +188,15 @@ def main() -> None:
                         logger,
                         resume=True,
                     ).model
+            elif args.phase == "rft":
+                from transferlab.coding_rl.experiments.agent_learn import RFTSettings
+
+                base = RFTSettings().model_dump()
+                nested = {k: {**base[k], **v} if isinstance(v, dict) else v for k, v in rft_changes.items()}
+                model, stats = setup.rft_policy(seed, RFTSettings.model_validate({**base, **nested}))
+                out["rounds"] = [vars(s) for s in stats]
             out["train_s"] = time.perf_counter() - t0
-            if args.phase == "rl" or args.eval:
+            if args.phase != "sft" or args.eval:
                 out.update(score(args.domain, setup, model))
             print(json.dumps(out), flush=True)
             atomic_write_json(exp.run.dir / f"pilot-{variant}.json", out)

@@ -171,3 +171,31 @@ def test_bad_inputs_are_one_error_line(tmp_path: Path) -> None:
     out = _invoke("transfer", "--config", str(path), "--runs-root", str(tmp_path))
     assert out.exit_code == 2 and "error:" in out.output and "threshold" in out.output
     assert not (tmp_path / "ops-learn").exists() and not (tmp_path / "transfer").exists()
+
+
+def test_rft_policy_fine_tunes_a_copy_on_rl_episodes_and_names_a_budget_that_does_not_divide(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    from transferlab.coding_rl.experiments.agent_learn import RFTSettings
+    from transferlab.coding_rl.experiments.common import open_experiment
+    from transferlab.coding_rl.trainers.demos import SFTConfig
+    from transferlab.comparison.ops_learn import EXPERIMENT, Setup
+
+    smoke = OPS_LEARN_PRESETS["smoke"]  # 2 steps x 2 tasks x G=2 = 8 RL episodes
+    exp, config, _ = open_experiment(EXPERIMENT, smoke, tmp_path, None, None, shared=True)
+    try:
+        setup = Setup(exp, config, None)
+        sft = setup.sft_policy(0)
+        before = {k: v.clone() for k, v in sft.state_dict().items()}
+        rft = RFTSettings(rounds=2, samples_per_task=2, sft=SFTConfig(steps=2, batch_size=2))
+        model, stats = setup.rft_policy(0, rft)
+        assert [s.round for s in stats] == [0, 1]
+        assert stats[-1].data_size >= len(setup.demos)  # demonstrations kept, successes added
+        assert all(torch.equal(v, sft.state_dict()[k]) for k, v in before.items())  # SFT untouched
+        assert any(not torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+        with pytest.raises(ValueError, match=r"8 episodes do not divide by .* = 6"):
+            setup.rft_policy(0, rft.model_copy(update={"rounds": 3}))
+    finally:
+        exp.run.release()

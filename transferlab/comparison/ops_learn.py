@@ -38,7 +38,7 @@ import torch
 from pydantic import Field, model_validator
 from rich.console import Console
 
-from transferlab.coding_rl.experiments.agent_learn import seeds_in_processes
+from transferlab.coding_rl.experiments.agent_learn import RFTSettings, rft_tasks, seeds_in_processes
 from transferlab.coding_rl.experiments.common import (
     HeldOut,
     ModelChoice,
@@ -354,6 +354,43 @@ class Setup:
             "train_success": train_success,
             "seconds": time.perf_counter() - t0,
         }
+
+    def rft_policy(self, seed: int, rft: RFTSettings) -> tuple[Any, list[Any]]:
+        """A copy of the seed's SFT policy trained by expert iteration (rejection-sampling fine-tuning)
+        on RL's number of episodes over the practice scenarios: each round samples at RL's temperature,
+        keeps the episodes whose report the rubric passed, fine-tunes on demonstrations plus those."""
+        from transferlab.coding_rl.trainers.expert_iteration import ExpertIterationConfig, expert_iteration
+        from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
+
+        rl = self.config.rl
+        per_round = rft.rounds * rft.samples_per_task
+        episodes = rl.steps * rl.tasks_per_step * rl.group_size
+        if episodes % per_round:
+            raise ValueError(
+                f"RL's {episodes} episodes do not divide by rft.rounds x rft.samples_per_task = {per_round}; "
+                "change rft.rounds or rft.samples_per_task"
+            )
+        model = copy.deepcopy(self.sft_policy(seed))
+        config = ExpertIterationConfig(
+            rounds=rft.rounds,
+            samples_per_task=rft.samples_per_task,
+            mode="agent",
+            temperature=rl.temperature,
+            max_new_tokens=rl.max_new_tokens,
+            max_context=rl.max_context,
+            max_steps=rl.max_steps,
+            sft=rft.sft,
+            seed=seed,
+        )
+        spec = WorkerSpec(
+            policy_dir="", rewards=rl.rewards, max_steps=rl.max_steps, threads=0, env_factory=rl.env_factory
+        )
+        worker = RolloutWorker(model, self.tokenizer, spec)
+        demos = self.demos if rft.keep_demos else []
+        tasks = rft_tasks(self.practice, episodes // per_round, seed)
+        with self.exp.arm_logger(f"rft-seed{seed}") as logger:
+            stats = expert_iteration(model, self.tokenizer, tasks, demos, config, worker, logger)
+        return model, stats
 
 
 # ------------------------------------------------------------------------------------------- run

@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 import torch
 from pydantic import Field, model_validator
@@ -236,12 +236,15 @@ def rl_episodes(config: AgentLearnConfig) -> int:
     return config.rl.steps * config.rl.tasks_per_step * config.rl.group_size
 
 
+_T = TypeVar("_T")
+
+
 def rft_tasks_per_round(config: AgentLearnConfig) -> int:
     """Tasks the RFT arm samples each round so that its episodes equal RL's."""
     return rl_episodes(config) // (config.rft.rounds * config.rft.samples_per_task)
 
 
-def rft_tasks(train: Sequence[RepoTask], n: int, seed: int) -> list[RepoTask]:
+def rft_tasks(train: Sequence[_T], n: int, seed: int) -> list[_T]:
     """``n`` training tasks for RFT: a seeded shuffle of ``train``, repeated when ``n`` is larger."""
     order = list(train)
     random.Random(f"rft:{seed}").shuffle(order)
