@@ -55,13 +55,15 @@ def hand_results(held: dict[str, list[list[float]]]) -> dict[str, dict[str, Any]
                     {"step": 2, "episodes": 8, "success": sum(values) / 2, "rubric": 4.0 * sum(values)}
                 )
                 row.update(training_episodes=8, train_success=[0.5, 0.5], curve=curve)
+            if arm == "rft":
+                row.update(training_episodes=8, train_success=[0.25, 0.5], data_size=5)
             out[f"{arm}-seed{s}"] = row
     return out
 
 
 def test_result_by_hand() -> None:
     config = OpsLearnConfig(seeds=[0, 1])
-    held = {"sft": [[0.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 1.0], [1.0, 1.0]]}
+    held = {"sft": [[0.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 1.0], [1.0, 1.0]], "rft": [[1.0, 0.0], [1.0, 1.0]]}
     result = build_result(config, hand_results(held), "transferlab ops experiment learn", 200, 2)
     assert result.arms["sft"].held_out_success.estimate == pytest.approx(0.25)
     assert result.arms["rl"].held_out_success.estimate == pytest.approx(1.0)
@@ -69,6 +71,9 @@ def test_result_by_hand() -> None:
     c = result.comparison("rl - sft")
     assert c.estimate == pytest.approx(0.75) and (c.cluster, c.n_clusters) == ("seed", 2)
     assert {(x.cluster, x.n_clusters) for x in result.comparisons} == {("seed", 2), ("seed+task", 4)}
+    assert result.comparison("rft - sft").estimate == pytest.approx(0.75 - 0.25)
+    assert result.comparison("rl - rft").estimate == pytest.approx(1.0 - 0.75)
+    assert (result.arms["rft"].model_extra or {})["data_size"] == [5, 5]
     sft = result.arms["sft"].model_extra
     assert sft is not None
     assert sft["rubric"]["estimate"] == pytest.approx(2.0) and sft["rubric_per_seed"] == [0.0, 4.0]
@@ -83,7 +88,8 @@ def test_result_by_hand() -> None:
 
 def test_a_run_that_did_not_improve_says_pipeline_ran() -> None:
     held = {"sft": [[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]}
-    result = build_result(OpsLearnConfig(), hand_results(held), "x", 200, 2)
+    result = build_result(OpsLearnConfig(arms=["sft", "rl"]), hand_results(held), "x", 200, 2)
+    assert [c.name for c in result.comparisons] == ["rl - sft", "rl - sft"]  # only the arms that ran
     sentence = result.comparison("rl - sft").sentence()
     assert "pipeline ran" in sentence and "improved" not in sentence
 
@@ -118,6 +124,13 @@ def test_config_rules_name_the_fix() -> None:
     rl = OPS_LEARN_PRESETS["cpu"].rl.model_copy(update={"env_factory": None})
     with pytest.raises(ConfigError, match=re.escape("rl.env_factory")):
         OpsLearnConfig(rl=rl)
+    with pytest.raises(ConfigError, match=re.escape("arms must hold 'sft' once")):
+        OpsLearnConfig(arms=["rl", "rft"])
+    with pytest.raises(
+        ConfigError, match=re.escape("rft.rounds x rft.samples_per_task = 12 does not divide")
+    ):
+        OpsLearnConfig(rft={"rounds": 3, "samples_per_task": 4})  # 1024 RL episodes
+    OpsLearnConfig(arms=["sft", "rl"], rft={"rounds": 3, "samples_per_task": 4})  # no RFT arm: no rule
 
 
 def _invoke(*args: str) -> Any:
@@ -140,9 +153,13 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     assert rl is not None
     assert [p["step"] for p in rl["curve"][0]] == list(range(1, smoke.rl.steps + 1))  # curve_every=1
     assert rl["training_episodes"] == [smoke.rl.steps * smoke.rl.tasks_per_step * smoke.rl.group_size]
+    rft = result.arms["rft"].model_extra
+    assert rft is not None and rft["training_episodes"] == rl["training_episodes"]  # the same budget
+    assert len(rft["train_success"][0]) == smoke.rft.rounds
     markdown = (report / "report.md").read_text().replace("\\", "")
-    line = result.comparison("rl - sft").sentence()
-    assert line in markdown and line in out.output
+    for name in ("rl - sft", "rft - sft", "rl - rft"):
+        line = result.comparison(name).sentence()
+        assert line in markdown and line in out.output
     assert (report / "figures" / "curve_success.png").is_file()
 
     sft_result = run_dir / "arms" / "sft-seed0" / "result.json"
@@ -199,3 +216,20 @@ def test_rft_policy_fine_tunes_a_copy_on_rl_episodes_and_names_a_budget_that_doe
             setup.rft_policy(0, rft.model_copy(update={"rounds": 3}))
     finally:
         exp.run.release()
+
+
+def test_a_run_of_sft_and_rft_only_reports_without_an_rl_curve(tmp_path: Path) -> None:
+    config = OPS_LEARN_PRESETS["smoke"].model_copy(update={"arms": ["sft", "rft"]}).model_dump(mode="json")
+    path, report = tmp_path / "config.json", tmp_path / "report"
+    path.write_text(json.dumps(config))
+    out = _invoke(
+        "learn", "--config", str(path), "--runs-root", str(tmp_path / "runs"), "--report-dir", str(report)
+    )
+    assert out.exit_code == 0, out.output
+    result = read_result(report)
+    assert set(result.arms) == {"sft", "rft"}
+    assert {c.name for c in result.comparisons} == {"rft - sft"}
+    assert not (report / "figures" / "curve_success.png").exists()
+    assert (
+        "RL: GRPO" in (report / "report.md").read_text() and "(not run)" in (report / "report.md").read_text()
+    )

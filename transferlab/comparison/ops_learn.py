@@ -11,15 +11,21 @@ The ops half of the project's question (issue 18), built like the coding half
    :func:`~transferlab.coding_rl.trainers.rl.train_rl` in agent mode on the *other* training
    scenarios (none of them demonstrated), the env factory pointing the rollout workers at
    OpsAnalysis-v0; held-out success and rubric every ``curve_every`` steps (the learning curve).
-3. **Held-out evaluation** of both policies on the held-out scenarios (a disjoint split of scenario
-   seeds), the same episodes per scenario and the same sampling seed for both, one value per
+3. **RFT** (arm ``rft``): another copy trained by rejection-sampling fine-tuning (expert iteration,
+   :func:`~transferlab.coding_rl.trainers.expert_iteration.expert_iteration`) on the same practice
+   scenarios and RL's number of episodes: each round samples at RL's temperature, keeps the episodes
+   whose report passes the rubric, and fine-tunes on the demonstrations plus every distinct one kept.
+   ``arms`` picks which of ``rl`` and ``rft`` a run computes.
+4. **Held-out evaluation** of every policy on the held-out scenarios (a disjoint split of scenario
+   seeds), the same episodes per scenario and the same sampling seed for all, one value per
    (seed, scenario): success = the report scores >= 8 on the rubric (0-10).
 
 ``result.json`` (:mod:`transferlab.platform.results`) holds each arm's held-out success with a 95%
 interval clustered by seed, its rubric, habits and a diagnosis of its reports (reported at all, a
-true cause named, an absent cause blamed, half the evidence cited), and the comparison ``rl - sft``
-paired on the same seeds and scenarios, clustered by seed (primary) and by (seed, scenario), each
-with its number of clusters and minimum detectable effect. The report is written from it.
+true cause named, an absent cause blamed, half the evidence cited), and the comparisons ``rl - sft``,
+``rft - sft`` and ``rl - rft`` (of the arms that ran) paired on the same seeds and scenarios,
+clustered by seed (primary) and by (seed, scenario), each with its number of clusters and minimum
+detectable effect. The report is written from it.
 
     transferlab ops experiment learn --preset cpu --jobs 2 --report-dir docs/results/ops_learn
 """
@@ -32,7 +38,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
@@ -75,7 +81,11 @@ from transferlab.simulator.ops.grader import rubric_score
 from transferlab.simulator.ops.scenarios import OpsTask
 
 EXPERIMENT = "ops-learn"
-ARMS = ("sft", "rl")
+ARMS = ("sft", "rl", "rft")
+"""Every arm the experiment knows; ``OpsLearnConfig.arms`` picks those a run computes."""
+COMPARISONS = {"rl - sft": ("sft", "rl"), "rft - sft": ("sft", "rft"), "rl - rft": ("rft", "rl")}
+"""Each comparison's (a, b): ``b - a``, made when both arms ran."""
+ArmName = Literal["sft", "rl", "rft"]
 EVAL_SEED = 12_345
 """The held-out sampling seed: both arms are scored on the same futures."""
 
@@ -134,6 +144,17 @@ class OpsLearnConfig(ModelChoice):
         default_factory=_ops_learn_rl,
         description="GRPO on the undemonstrated training scenarios; env_factory must stay OPS_ENV_FACTORY.",
     )
+    rft: RFTSettings = Field(
+        default_factory=RFTSettings,
+        description="Rejection-sampling fine-tuning (expert iteration) on RL's number of episodes: rounds "
+        "of sampling the practice scenarios, keeping episodes whose report passes the rubric, fine-tuning "
+        "on the demonstrations plus those.",
+    )
+    arms: list[ArmName] = Field(
+        default=["sft", "rl", "rft"],
+        min_length=2,
+        description="The arms to compute: 'sft' and at least one of 'rl' (GRPO) and 'rft'.",
+    )
     curve_every: int = Field(
         default=16, ge=0, description="RL steps between held-out points of the learning curve; 0 = none."
     )
@@ -147,6 +168,16 @@ class OpsLearnConfig(ModelChoice):
             raise ValueError(
                 f"sft_tasks ({self.sft_tasks}) must be below train_tasks ({self.train_tasks}): RL practises "
                 "on the training scenarios SFT never showed; raise train_tasks or lower sft_tasks"
+            )
+        if "sft" not in self.arms or len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"arms must hold 'sft' once and 'rl' and/or 'rft' once each, got {self.arms}")
+        episodes = self.rl.steps * self.rl.tasks_per_step * self.rl.group_size
+        per_round = self.rft.rounds * self.rft.samples_per_task
+        if "rft" in self.arms and episodes % per_round:
+            raise ValueError(
+                f"RFT spends RL's {episodes} episodes (rl.steps x rl.tasks_per_step x rl.group_size), but "
+                f"rft.rounds x rft.samples_per_task = {per_round} does not divide it: change rft.rounds or "
+                "rft.samples_per_task"
             )
         if self.rl.mode != "agent" or self.rl.env_factory != OPS_ENV_FACTORY:
             raise ValueError(f"rl.mode must be 'agent' and rl.env_factory {OPS_ENV_FACTORY!r}")
@@ -172,6 +203,7 @@ def ops_learn_smoke() -> OpsLearnConfig:
                 "max_context": 768,
             }
         ),
+        rft=RFTSettings(rounds=2, samples_per_task=2, sft=SFTConfig(steps=2, batch_size=2, lr=1e-3)),
         curve_every=1,
         eval_episodes=1,
     )
@@ -392,6 +424,20 @@ class Setup:
             stats = expert_iteration(model, self.tokenizer, tasks, demos, config, worker, logger)
         return model, stats
 
+    def rft_arm(self, seed: int) -> dict[str, Any]:
+        """The RFT arm: :meth:`rft_policy` with the config's settings, scored on held-out."""
+        t0 = time.perf_counter()
+        model, stats = self.rft_policy(seed, self.config.rft)
+        rl = self.config.rl
+        return {
+            **self.scores(model),
+            "training_episodes": rl.steps * rl.tasks_per_step * rl.group_size,
+            "train_success": [s.success_rate for s in stats],
+            "new_trajectories": [s.new_trajectories for s in stats],
+            "data_size": stats[-1].data_size,
+            "seconds": time.perf_counter() - t0,
+        }
+
 
 # ------------------------------------------------------------------------------------------- run
 
@@ -424,9 +470,9 @@ def run_ops_learn(
     torch.set_num_threads(config.torch_threads)
     results: Results = {}
     with exp.run, exp.progress:
-        bar = exp.progress.add_task("ops-learn", total=len(config.seeds) * len(ARMS))
+        bar = exp.progress.add_task("ops-learn", total=len(config.seeds) * len(config.arms))
         if jobs > 1:
-            seeds_in_processes(exp, config, runs_root, jobs, bar, job=_seed_job, arms=ARMS)
+            seeds_in_processes(exp, config, runs_root, jobs, bar, job=_seed_job, arms=config.arms)
         setup = Setup(exp, config, start)
         for seed in config.seeds:
             results.update(_seed_arms(exp, setup, seed, bar))
@@ -446,13 +492,15 @@ def run_ops_learn(
 
 
 def _seed_arms(exp: Experiment, setup: Setup, seed: int, bar: Any | None) -> Results:
-    """The seed's SFT and RL arms (each computed unless saved), advancing ``bar``."""
+    """The seed's arms of ``config.arms`` (each computed unless saved), advancing ``bar``."""
     computes: dict[str, Callable[[], dict[str, Any]]] = {
         "sft": functools.partial(setup.sft_arm, seed),
         "rl": functools.partial(setup.rl_arm, seed),
+        "rft": functools.partial(setup.rft_arm, seed),
     }
     out: Results = {}
-    for arm, compute in computes.items():
+    for arm in setup.config.arms:
+        compute = computes[arm]
         if bar is not None:
             exp.progress.update(bar, description=f"{arm.upper()} seed {seed}")
         out[f"{arm}-seed{seed}"] = exp.arm(f"{arm}-seed{seed}", compute)
@@ -480,9 +528,11 @@ def _seed_job(config: OpsLearnConfig, run_dir: str, runs_root: str, seeds: list[
 
 
 def build_result(config: OpsLearnConfig, results: Results, command: str, n_train: int, n_held: int) -> Result:
-    """Each arm's held-out success, rubric, habits, diagnosis and seconds per seed; ``rl - sft``
-    clustered by seed and by (seed, scenario)."""
-    data: dict[str, HeldOut] = {arm: held_out(results, arm, config.seeds, "held_out") for arm in ARMS}
+    """Each arm's held-out success, rubric, habits, diagnosis and seconds per seed; ``rl - sft``,
+    ``rft - sft`` and ``rl - rft`` (those whose arms ran) clustered by seed and by (seed, scenario)."""
+    data: dict[str, HeldOut] = {
+        arm: held_out(results, arm, config.seeds, "held_out") for arm in ARMS if arm in config.arms
+    }
     arms: dict[str, Arm] = {}
     for arm, d in data.items():
         rows = [results[f"{arm}-seed{s}"] for s in config.seeds]
@@ -501,9 +551,20 @@ def build_result(config: OpsLearnConfig, results: Results, command: str, n_train
             entry["training_episodes"] = [int(r["training_episodes"]) for r in rows]
             entry["train_success"] = [r["train_success"] for r in rows]
             entry["curve"] = [r["curve"] for r in rows]
+        if arm == "rft":
+            entry["training_episodes"] = [int(r["training_episodes"]) for r in rows]
+            entry["train_success"] = [r["train_success"] for r in rows]
+            entry["data_size"] = [int(r["data_size"]) for r in rows]
         arms[arm] = Arm.model_validate(entry)
     clusters: tuple[Cluster, ...] = ("seed", "seed+task")
-    comparisons: list[Comparison] = compare("rl - sft", data["sft"], data["rl"], clusters)
+    comparisons: list[Comparison] = []
+    for name, (a, b) in {
+        "rl - sft": ("sft", "rl"),
+        "rft - sft": ("sft", "rft"),
+        "rl - rft": ("rft", "rl"),
+    }.items():
+        if a in data and b in data:
+            comparisons += compare(name, data[a], data[b], clusters)
     settings = config.model_dump(mode="json")
     settings["tasks"] = {"train": n_train, "held_out": n_held, "rl": n_train - config.sft_tasks}
     return Result(
@@ -537,15 +598,18 @@ def curve_series(result: Result) -> dict[str, dict[str, Curve]]:
     return out
 
 
+ARM_LABELS = {"sft": "SFT", "rl": "SFT + RL (GRPO)", "rft": "SFT + RFT"}
+
+
 def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start: StartModel | None) -> Report:
     """The Markdown/HTML report, every figure from ``result``."""
     extras = {arm: row.model_extra or {} for arm, row in result.arms.items()}
     report = Report("Agent RL vs SFT on OpsAnalysis-v0")
+    success = ", ".join(f"{ARM_LABELS[a]} {held_out_interval(result, a).format('.2f')}" for a in extras)
+    rubric = ", ".join(f"{ARM_LABELS[a]} {e['rubric']['estimate']:.2f}" for a, e in extras.items())
     report.paragraph(
         f"Held-out success (the report scores >= {SUCCESS_SCORE:g}/10 on the rubric, on scenarios of the "
-        f"held-out split): SFT {held_out_interval(result, 'sft').format('.2f')}, SFT + RL "
-        f"{held_out_interval(result, 'rl').format('.2f')} (95% intervals clustered by seed). Rubric: SFT "
-        f"{extras['sft']['rubric']['estimate']:.2f}, SFT + RL {extras['rl']['rubric']['estimate']:.2f}."
+        f"held-out split): {success} (95% intervals clustered by seed). Rubric: {rubric}."
     )
     report.bullets([c.sentence() + "." for c in result.comparisons if c.cluster == "seed"])
     report.table(
@@ -591,37 +655,45 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
             for arm, e in extras.items()
         ]
     )
-    series = curve_series(result)
-    report.figure(
-        plot_curves(series["success"], xlabel="RL training episodes", ylabel="held-out success"),
-        "curve_success",
-        "Held-out success during RL (mean over seeds; episodes 0 = the SFT policy).",
-    )
-    report.figure(
-        plot_curves(series["rubric"], xlabel="RL training episodes", ylabel="held-out rubric (0-10)"),
-        "curve_rubric",
-        "Held-out rubric score during RL (mean over seeds).",
-    )
+    if "rl" in extras:
+        series = curve_series(result)
+        report.figure(
+            plot_curves(series["success"], xlabel="RL training episodes", ylabel="held-out success"),
+            "curve_success",
+            "Held-out success during RL (mean over seeds; episodes 0 = the SFT policy).",
+        )
+        report.figure(
+            plot_curves(series["rubric"], xlabel="RL training episodes", ylabel="held-out rubric (0-10)"),
+            "curve_rubric",
+            "Held-out rubric score during RL (mean over seeds).",
+        )
     report.figure(
         plot_bars({a: held_out_interval(result, a) for a in result.arms}, ylabel="held-out success"),
         "held_out",
         "Held-out success per arm, 95% bootstrap intervals clustered by seed.",
     )
-    rl, tasks = config.rl, result.settings["tasks"]
+    rl, rft, tasks = config.rl, config.rft, result.settings["tasks"]
     per_seed = [
-        a + b
-        for a, b in zip(extras["sft"]["seconds_per_seed"], extras["rl"]["seconds_per_seed"], strict=True)
+        sum(seconds) for seconds in zip(*(e["seconds_per_seed"] for e in extras.values()), strict=True)
     ]
+    episodes = rl.steps * rl.tasks_per_step * rl.group_size
     report.heading("Settings")
     report.bullets(
         [
             f"scenarios: {tasks['train']} training (expert demonstrations for the first "
-            f"{config.sft_tasks}; RL practises on the other {tasks['rl']}) and {tasks['held_out']} held-out",
+            f"{config.sft_tasks}; RL and RFT practise on the other {tasks['rl']}) and {tasks['held_out']} "
+            "held-out",
             f"{policy_line(config.policy, start)}; SFT {config.sft.steps} steps x {config.sft.batch_size}"
             f" on {'compact' if config.compact_reports else 'full'} expert reports",
             f"RL: {rl.algo.upper()} ({rl.advantage} advantage), {rl.rewards} rewards, {rl.steps} steps x "
             f"{rl.tasks_per_step} scenarios x G={rl.group_size}, lr {rl.lr}, KL {rl.kl_coef}, temperature "
-            f"{rl.temperature} (loss at {'it' if rl.loss_temperature == 'sampling' else 'T=1'})",
+            f"{rl.temperature} (loss at {'it' if rl.loss_temperature == 'sampling' else 'T=1'})"
+            + ("" if "rl" in extras else " (not run)"),
+            f"RFT: the same {episodes} episodes as {rft.rounds} rounds x {rft.samples_per_task} samples of "
+            f"{episodes // (rft.rounds * rft.samples_per_task)} scenarios at temperature {rl.temperature}; "
+            f"each round fine-tunes {rft.sft.steps} steps x {rft.sft.batch_size} at lr {rft.sft.lr} on "
+            f"{'the demonstrations plus ' if rft.keep_demos else ''}every distinct passing episode so far"
+            + ("" if "rft" in extras else " (not run)"),
             f"episodes: up to {rl.max_steps} tool calls, {rl.max_new_tokens} tokens per call, context "
             f"{rl.max_context} tokens; held-out at temperature {config.eval_temperature}",
             f"seeds: {', '.join(map(str, config.seeds))}; held-out: {config.eval_episodes} episodes per "
