@@ -10,9 +10,10 @@
                                          [--only-seeds 0,2]
 
 ``train``: ops SFT + multi-turn GRPO alone, one seed, as a run (:mod:`transferlab.comparison.ops_training`).
-``learn``: SFT vs SFT + multi-turn GRPO on held-out OpsAnalysis-v0 scenarios
-(:mod:`transferlab.comparison.ops_learn`). ``transfer``: a coding-trained policy vs one from scratch,
-both trained on ops (:mod:`transferlab.comparison.transfer`). Exit codes: 0 done, 2 bad input.
+``learn``: SFT vs SFT + multi-turn GRPO and SFT + rejection-sampling fine-tuning on held-out
+OpsAnalysis-v0 scenarios (:mod:`transferlab.comparison.ops_learn`; ``arms`` in a config picks them).
+``transfer``: a coding-trained policy vs one from scratch, both trained on ops
+(:mod:`transferlab.comparison.transfer`). Exit codes: 0 done, 2 bad input.
 
 Only typer is imported at module level; the experiments import torch inside the commands.
 """
@@ -123,7 +124,7 @@ def learn(
         typer.Option("--jobs", min=1, help="Seeds run in this many processes at once (same result as 1)."),
     ] = 1,
 ) -> None:
-    """SFT vs SFT + multi-turn GRPO on held-out OpsAnalysis-v0 scenarios, with seed-clustered intervals."""
+    """SFT vs SFT + multi-turn GRPO and SFT + RFT on held-out OpsAnalysis-v0 scenarios, seed-clustered."""
     from transferlab.comparison.ops_learn import OPS_LEARN_PRESETS, OpsLearnConfig, run_ops_learn
 
     _main_guard()
