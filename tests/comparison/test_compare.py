@@ -79,7 +79,10 @@ def ops_learn_result(path: Path) -> None:
                 "curve": [{"step": 1, "episodes": 8, "success": 0.5, "rubric": 4.0}],
             }
     write_result(
-        path, build_result(OpsLearnConfig(seeds=[0, 1]), rows, "transferlab ops experiment learn", 9, 4)
+        path,
+        build_result(
+            OpsLearnConfig(seeds=[0, 1], arms=["sft", "rl"]), rows, "transferlab ops experiment learn", 9, 4
+        ),
     )
 
 
