@@ -44,7 +44,12 @@ import torch
 from pydantic import Field, model_validator
 from rich.console import Console
 
-from transferlab.coding_rl.experiments.agent_learn import RFTSettings, rft_tasks, seeds_in_processes
+from transferlab.coding_rl.experiments.agent_learn import (
+    RFTSettings,
+    expert_iteration_config,
+    rft_tasks,
+    seeds_in_processes,
+)
 from transferlab.coding_rl.experiments.common import (
     HeldOut,
     ModelChoice,
@@ -391,7 +396,7 @@ class Setup:
         """A copy of the seed's SFT policy trained by expert iteration (rejection-sampling fine-tuning)
         on RL's number of episodes over the practice scenarios: each round samples at RL's temperature,
         keeps the episodes whose report the rubric passed, fine-tunes on demonstrations plus those."""
-        from transferlab.coding_rl.trainers.expert_iteration import ExpertIterationConfig, expert_iteration
+        from transferlab.coding_rl.trainers.expert_iteration import expert_iteration
         from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
 
         rl = self.config.rl
@@ -403,17 +408,7 @@ class Setup:
                 "change rft.rounds or rft.samples_per_task"
             )
         model = copy.deepcopy(self.sft_policy(seed))
-        config = ExpertIterationConfig(
-            rounds=rft.rounds,
-            samples_per_task=rft.samples_per_task,
-            mode="agent",
-            temperature=rl.temperature,
-            max_new_tokens=rl.max_new_tokens,
-            max_context=rl.max_context,
-            max_steps=rl.max_steps,
-            sft=rft.sft,
-            seed=seed,
-        )
+        config = expert_iteration_config(rft, rl, seed)
         spec = WorkerSpec(
             policy_dir="", rewards=rl.rewards, max_steps=rl.max_steps, threads=0, env_factory=rl.env_factory
         )

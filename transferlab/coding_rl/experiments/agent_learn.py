@@ -236,6 +236,25 @@ def rl_episodes(config: AgentLearnConfig) -> int:
     return config.rl.steps * config.rl.tasks_per_step * config.rl.group_size
 
 
+def expert_iteration_config(rft: RFTSettings, rl: RLConfig, seed: int) -> Any:
+    """The :class:`~transferlab.coding_rl.trainers.expert_iteration.ExpertIterationConfig` of an RFT arm:
+    its rounds, samples and fine-tuning, with the RL arm's episode settings (temperature, tokens per
+    turn, context, tool calls) so that both arms sample the same kind of episode."""
+    from transferlab.coding_rl.trainers.expert_iteration import ExpertIterationConfig
+
+    return ExpertIterationConfig(
+        rounds=rft.rounds,
+        samples_per_task=rft.samples_per_task,
+        mode="agent",
+        temperature=rl.temperature,
+        max_new_tokens=rl.max_new_tokens,
+        max_context=rl.max_context,
+        max_steps=rl.max_steps,
+        sft=rft.sft,
+        seed=seed,
+    )
+
+
 _T = TypeVar("_T")
 
 
@@ -506,24 +525,14 @@ class Setup:
 
     def rft_arm(self, seed: int, sft_model: Any) -> dict[str, Any]:
         """A copy of the SFT policy trained by expert iteration on RL's number of episodes."""
-        from transferlab.coding_rl.trainers.expert_iteration import ExpertIterationConfig, expert_iteration
+        from transferlab.coding_rl.trainers.expert_iteration import expert_iteration
         from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
 
         cfg, rl, rft = self.config, self.config.rl, self.config.rft
         t0 = time.perf_counter()
         model = copy.deepcopy(sft_model)
         tasks = rft_tasks(self.practice, rft_tasks_per_round(cfg), seed)
-        ei = ExpertIterationConfig(
-            rounds=rft.rounds,
-            samples_per_task=rft.samples_per_task,
-            mode="agent",
-            temperature=rl.temperature,
-            max_new_tokens=rl.max_new_tokens,
-            max_context=rl.max_context,
-            max_steps=rl.max_steps,
-            sft=rft.sft,
-            seed=seed,
-        )
+        ei = expert_iteration_config(rft, rl, seed)
         spec = WorkerSpec(
             policy_dir="", sandbox_backend=cfg.backend, rewards=rl.rewards, max_steps=rl.max_steps, threads=0
         )
