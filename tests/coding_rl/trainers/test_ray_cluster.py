@@ -47,11 +47,19 @@ RAY_CLI = str(_BESIDE) if _BESIDE.exists() else shutil.which("ray")
 NODE_START_S = 180.0  # a node takes 10-35 s to come up on a busy 2-core machine
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on (bound and released, so a connection to it is refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port nobody listens on (bound and released, so a connection to it is refused), never one
+    handed out before in this session: a node given the same port for two components does not start."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 # ------------------------------------------------------------------------------------- address handling
