@@ -156,6 +156,7 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     rft = result.arms["rft"].model_extra
     assert rft is not None and rft["training_episodes"] == rl["training_episodes"]  # the same budget
     assert len(rft["train_success"][0]) == smoke.rft.rounds
+    assert (run_dir / "arms" / "rft-seed0" / "policy" / "config.json").is_file()  # saved for later use
     markdown = (report / "report.md").read_text().replace("\\", "")
     for name in ("rl - sft", "rft - sft", "rl - rft"):
         line = result.comparison(name).sentence()

@@ -420,9 +420,11 @@ class Setup:
         return model, stats
 
     def rft_arm(self, seed: int) -> dict[str, Any]:
-        """The RFT arm: :meth:`rft_policy` with the config's settings, scored on held-out."""
+        """The RFT arm: :meth:`rft_policy` with the config's settings, scored on held-out; the policy is
+        saved in ``arms/rft-seed<seed>/policy`` (a start for GRPO after RFT, or for inspection)."""
         t0 = time.perf_counter()
         model, stats = self.rft_policy(seed, self.config.rft)
+        save_policy(model, self.tokenizer, self.exp.arm_dir(f"rft-seed{seed}") / "policy")
         rl = self.config.rl
         return {
             **self.scores(model),
