@@ -14,6 +14,7 @@ holds figures from result.json with seed-clustered intervals.
     python scripts/rl_pilot.py ops rl RUN_DIR lr=1e-4 kl_coef=0.2
     python scripts/rl_pilot.py code sft eval_episodes=8 eval_temperature=1.0 --eval   # and pass@k
     python scripts/rl_pilot.py ops rft RUN_DIR rounds=4 sft.lr=3e-4   # expert iteration from SFT (ops)
+    python scripts/rl_pilot.py ops rft RUN_DIR --then-rl              # and GRPO from the RFT policy
 
 A variant is ``name`` from VARIANTS or ``field=value`` pairs of RLConfig (``rl_tasks=all`` sets the
 experiment's field); for ``rft`` (ops only) fields of the code experiment's RFTSettings, on RL's
@@ -123,6 +124,11 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("runs/pilots"))
     parser.add_argument("--preset", choices=["cpu", "smoke"], default="cpu")
     parser.add_argument("--eval", action="store_true", help="sft: also score the SFT policy")
+    parser.add_argument(
+        "--then-rl",
+        action="store_true",
+        help="rft: score the RFT policy, then train the preset's RL arm from it and score that too",
+    )
     args = parser.parse_args()
     from transferlab.coding_rl.experiments.common import open_experiment, opened_sandbox
     from transferlab.coding_rl.trainers.rl import train_rl
@@ -155,7 +161,7 @@ def main() -> None:
     rft_changes: dict[str, Any] = {}
     if args.phase == "rft":
         rft_changes, changes = changes, {}
-        variant = f"rft-{variant}"
+        variant = f"rft-{variant}" + ("-then-rl" if args.then_rl else "")
     exp, config, _ = open_experiment(name, preset, args.root, resume, None, shared=True)
     top = {k: v for k, v in changes.items() if k in TOP_LEVEL}
     rl_changes = {k: v for k, v in changes.items() if k not in TOP_LEVEL}
@@ -195,6 +201,13 @@ def main() -> None:
                 nested = {k: {**base[k], **v} if isinstance(v, dict) else v for k, v in rft_changes.items()}
                 model, stats = setup.rft_policy(seed, RFTSettings.model_validate({**base, **nested}))
                 out["rounds"] = [vars(s) for s in stats]
+                if args.then_rl:
+                    out["rft"] = score(args.domain, setup, model)
+                    arm = f"pilot-{variant.replace('=', '-').replace(',', '_')}"
+                    with exp.arm_logger(arm, resume=True) as logger:
+                        model = train_rl(
+                            model, setup.tokenizer, setup.practice, rl, exp.arm_dir(arm), logger, resume=True
+                        ).model
             out["train_s"] = time.perf_counter() - t0
             if args.phase != "sft" or args.eval:
                 out.update(score(args.domain, setup, model))

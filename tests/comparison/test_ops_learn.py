@@ -62,7 +62,7 @@ def hand_results(held: dict[str, list[list[float]]]) -> dict[str, dict[str, Any]
 
 
 def test_result_by_hand() -> None:
-    config = OpsLearnConfig(seeds=[0, 1])
+    config = OpsLearnConfig(seeds=[0, 1], arms=["sft", "rl", "rft"])
     held = {"sft": [[0.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 1.0], [1.0, 1.0]], "rft": [[1.0, 0.0], [1.0, 1.0]]}
     result = build_result(config, hand_results(held), "transferlab ops experiment learn", 200, 2)
     assert result.arms["sft"].held_out_success.estimate == pytest.approx(0.25)
@@ -88,7 +88,7 @@ def test_result_by_hand() -> None:
 
 def test_a_run_that_did_not_improve_says_pipeline_ran() -> None:
     held = {"sft": [[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]}
-    result = build_result(OpsLearnConfig(arms=["sft", "rl"]), hand_results(held), "x", 200, 2)
+    result = build_result(OpsLearnConfig(), hand_results(held), "x", 200, 2)
     assert [c.name for c in result.comparisons] == ["rl - sft", "rl - sft"]  # only the arms that ran
     sentence = result.comparison("rl - sft").sentence()
     assert "pipeline ran" in sentence and "improved" not in sentence
@@ -129,8 +129,9 @@ def test_config_rules_name_the_fix() -> None:
     with pytest.raises(
         ConfigError, match=re.escape("rft.rounds x rft.samples_per_task = 12 does not divide")
     ):
-        OpsLearnConfig(rft={"rounds": 3, "samples_per_task": 4})  # 1024 RL episodes
-    OpsLearnConfig(arms=["sft", "rl"], rft={"rounds": 3, "samples_per_task": 4})  # no RFT arm: no rule
+        OpsLearnConfig(arms=["sft", "rft"], rft={"rounds": 3, "samples_per_task": 4})  # 1024 RL episodes
+    OpsLearnConfig(rft={"rounds": 3, "samples_per_task": 4})  # no RFT arm (a run saved before it): no rule
+    assert OPS_LEARN_PRESETS["cpu"].arms == ["sft", "rl", "rft"] == OPS_LEARN_PRESETS["smoke"].arms
 
 
 def _invoke(*args: str) -> Any:
