@@ -199,7 +199,10 @@ def main() -> None:
 
                 base = RFTSettings().model_dump()
                 nested = {k: {**base[k], **v} if isinstance(v, dict) else v for k, v in rft_changes.items()}
-                model, stats = setup.rft_policy(seed, RFTSettings.model_validate({**base, **nested}))
+                try:
+                    model, stats = setup.rft_policy(seed, RFTSettings.model_validate({**base, **nested}))
+                except ValueError as e:  # a budget RFT cannot match, or a bad field: one line, the fix
+                    raise SystemExit(f"error: {e}") from None
                 out["rounds"] = [vars(s) for s in stats]
                 if args.then_rl:
                     out["rft"] = score(args.domain, setup, model)

@@ -214,7 +214,7 @@ def test_rft_policy_fine_tunes_a_copy_on_rl_episodes_and_names_a_budget_that_doe
         assert stats[-1].data_size >= len(setup.demos)  # demonstrations kept, successes added
         assert all(torch.equal(v, sft.state_dict()[k]) for k, v in before.items())  # SFT untouched
         assert any(not torch.equal(v, model.state_dict()[k]) for k, v in before.items())
-        with pytest.raises(ValueError, match=r"8 episodes do not divide by .* = 6"):
+        with pytest.raises(ValueError, match=r"as many episodes as RL \(8 = .* = 6 does not divide it"):
             setup.rft_policy(0, rft.model_copy(update={"rounds": 3}))
     finally:
         exp.run.release()

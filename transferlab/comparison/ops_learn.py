@@ -47,6 +47,7 @@ from rich.console import Console
 from transferlab.coding_rl.experiments.agent_learn import (
     RFTSettings,
     expert_iteration_config,
+    rft_round_tasks,
     rft_tasks,
     seeds_in_processes,
 )
@@ -177,14 +178,8 @@ class OpsLearnConfig(ModelChoice):
             )
         if "sft" not in self.arms or len(set(self.arms)) != len(self.arms):
             raise ValueError(f"arms must hold 'sft' once and 'rl' and/or 'rft' once each, got {self.arms}")
-        episodes = self.rl.steps * self.rl.tasks_per_step * self.rl.group_size
-        per_round = self.rft.rounds * self.rft.samples_per_task
-        if "rft" in self.arms and episodes % per_round:
-            raise ValueError(
-                f"RFT spends RL's {episodes} episodes (rl.steps x rl.tasks_per_step x rl.group_size), but "
-                f"rft.rounds x rft.samples_per_task = {per_round} does not divide it: change rft.rounds or "
-                "rft.samples_per_task"
-            )
+        if "rft" in self.arms:
+            rft_round_tasks(self.rl, self.rft)
         if self.rl.mode != "agent" or self.rl.env_factory != OPS_ENV_FACTORY:
             raise ValueError(f"rl.mode must be 'agent' and rl.env_factory {OPS_ENV_FACTORY!r}")
         return self
@@ -402,13 +397,7 @@ class Setup:
         from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
 
         rl = self.config.rl
-        per_round = rft.rounds * rft.samples_per_task
-        episodes = rl.steps * rl.tasks_per_step * rl.group_size
-        if episodes % per_round:
-            raise ValueError(
-                f"RL's {episodes} episodes do not divide by rft.rounds x rft.samples_per_task = {per_round}; "
-                "change rft.rounds or rft.samples_per_task"
-            )
+        tasks = rft_tasks(self.practice, rft_round_tasks(rl, rft), seed)
         model = copy.deepcopy(self.sft_policy(seed))
         config = expert_iteration_config(rft, rl, seed)
         spec = WorkerSpec(
@@ -416,7 +405,6 @@ class Setup:
         )
         worker = RolloutWorker(model, self.tokenizer, spec)
         demos = self.demos if rft.keep_demos else []
-        tasks = rft_tasks(self.practice, episodes // per_round, seed)
         with self.exp.arm_logger(f"rft-seed{seed}") as logger:
             stats = expert_iteration(model, self.tokenizer, tasks, demos, config, worker, logger)
         return model, stats
@@ -427,10 +415,9 @@ class Setup:
         t0 = time.perf_counter()
         model, stats = self.rft_policy(seed, self.config.rft)
         save_policy(model, self.tokenizer, self.exp.arm_dir(f"rft-seed{seed}") / "policy")
-        rl = self.config.rl
         return {
             **self.scores(model),
-            "training_episodes": rl.steps * rl.tasks_per_step * rl.group_size,
+            "training_episodes": self.config.rl.total_episodes,
             "train_success": [s.success_rate for s in stats],
             "new_trajectories": [s.new_trajectories for s in stats],
             "data_size": stats[-1].data_size,
@@ -675,7 +662,7 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
     per_seed = [
         sum(seconds) for seconds in zip(*(e["seconds_per_seed"] for e in extras.values()), strict=True)
     ]
-    episodes = rl.steps * rl.tasks_per_step * rl.group_size
+    episodes = rl.total_episodes
     report.heading("Settings")
     report.bullets(
         [

@@ -200,13 +200,7 @@ class AgentLearnConfig(ModelChoice):
     def _check(self) -> Self:
         if self.rl.mode != "agent":
             raise ValueError(f"rl.mode must be 'agent' for agent-learn, got {self.rl.mode!r}")
-        per_round = self.rft.rounds * self.rft.samples_per_task
-        if rl_episodes(self) % per_round:
-            raise ValueError(
-                f"the RFT arm must run as many episodes as RL ({rl_episodes(self)} = rl.steps x "
-                f"rl.tasks_per_step x rl.group_size), but rft.rounds x rft.samples_per_task = {per_round} "
-                "does not divide it: change rft.rounds or rft.samples_per_task"
-            )
+        rft_round_tasks(self.rl, self.rft)
         if self.recovery_every and self.workflow != "lines":
             raise ValueError(
                 f"recovery_every needs workflow 'lines' (its demonstrations are line edits), got "
@@ -233,7 +227,7 @@ class AgentLearnConfig(ModelChoice):
 
 def rl_episodes(config: AgentLearnConfig) -> int:
     """Training episodes of the RL arm: steps x tasks per step x group size."""
-    return config.rl.steps * config.rl.tasks_per_step * config.rl.group_size
+    return config.rl.total_episodes
 
 
 def expert_iteration_config(rft: RFTSettings, rl: RLConfig, seed: int) -> Any:
@@ -258,9 +252,22 @@ def expert_iteration_config(rft: RFTSettings, rl: RLConfig, seed: int) -> Any:
 _T = TypeVar("_T")
 
 
+def rft_round_tasks(rl: RLConfig, rft: RFTSettings) -> int:
+    """Tasks an RFT arm samples each round so that its episodes equal RL's; a ValueError naming the fix
+    when ``rft.rounds x rft.samples_per_task`` does not divide RL's episodes."""
+    per_round = rft.rounds * rft.samples_per_task
+    if rl.total_episodes % per_round:
+        raise ValueError(
+            f"the RFT arm must run as many episodes as RL ({rl.total_episodes} = rl.steps x "
+            f"rl.tasks_per_step x rl.group_size), but rft.rounds x rft.samples_per_task = {per_round} "
+            "does not divide it: change rft.rounds or rft.samples_per_task"
+        )
+    return rl.total_episodes // per_round
+
+
 def rft_tasks_per_round(config: AgentLearnConfig) -> int:
     """Tasks the RFT arm samples each round so that its episodes equal RL's."""
-    return rl_episodes(config) // (config.rft.rounds * config.rft.samples_per_task)
+    return rft_round_tasks(config.rl, config.rft)
 
 
 def rft_tasks(train: Sequence[_T], n: int, seed: int) -> list[_T]:

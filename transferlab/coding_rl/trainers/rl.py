@@ -225,6 +225,11 @@ class RLConfig(BaseConfig):
             )
         return self
 
+    @property
+    def total_episodes(self) -> int:
+        """Episodes a run samples: steps x tasks_per_step x group_size."""
+        return self.steps * self.tasks_per_step * self.group_size
+
 
 # --------------------------------------------------------------------------------------------- rollouts
 
