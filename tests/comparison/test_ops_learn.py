@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ def hand_results(held: dict[str, list[list[float]]]) -> dict[str, dict[str, Any]
                 "diagnosis": diag(len(values), len(values), int(sum(values))),
                 "seconds": 30.0,
             }
-            if arm == "rl":
+            if arm in ("rl", "rft_rl"):
                 curve = [{"step": 1, "episodes": 4, "success": 0.5, "rubric": 4.0}]
                 curve.append(
                     {"step": 2, "episodes": 8, "success": sum(values) / 2, "rubric": 4.0 * sum(values)}
@@ -84,6 +85,25 @@ def test_result_by_hand() -> None:
     # episodes 0 = the SFT policy's mean over seeds, then each curve point's mean over seeds
     assert next(iter(series["success"].values())).y == [0.25, 0.5, 1.0]
     assert next(iter(series["rubric"].values())).x == [0, 4, 8]
+
+
+def test_rl_after_rft_is_compared_with_both_of_its_stages_and_its_curve_starts_at_rft() -> None:
+    config = OpsLearnConfig(seeds=[0, 1], arms=["sft", "rft", "rft_rl"])
+    held = {
+        "sft": [[0.0, 0.0], [0.0, 1.0]],
+        "rft": [[1.0, 0.0], [1.0, 0.0]],
+        "rft_rl": [[1.0, 1.0], [1.0, 0.0]],
+    }
+    result = build_result(config, hand_results(held), "x", 200, 2)
+    assert [c.name for c in result.comparisons if c.cluster == "seed"] == [
+        "rft - sft",
+        "rft_rl - sft",
+        "rft_rl - rft",
+    ]
+    assert result.comparison("rft_rl - sft").estimate == pytest.approx(0.75 - 0.25)
+    assert result.comparison("rft_rl - rft").estimate == pytest.approx(0.75 - 0.5)
+    [curve] = curve_series(result)["success"].values()
+    assert curve.y == [0.5, 0.5, 0.75]  # episodes 0 = the RFT arm's mean over seeds
 
 
 def test_a_run_that_did_not_improve_says_pipeline_ran() -> None:
@@ -126,12 +146,14 @@ def test_config_rules_name_the_fix() -> None:
         OpsLearnConfig(rl=rl)
     with pytest.raises(ConfigError, match=re.escape("arms must hold 'sft' once")):
         OpsLearnConfig(arms=["rl", "rft"])
+    with pytest.raises(ConfigError, match=re.escape("arm 'rft_rl' trains from the RFT policy: add 'rft'")):
+        OpsLearnConfig(arms=["sft", "rft_rl"])
     with pytest.raises(
         ConfigError, match=re.escape("rft.rounds x rft.samples_per_task = 12 does not divide")
     ):
         OpsLearnConfig(arms=["sft", "rft"], rft={"rounds": 3, "samples_per_task": 4})  # 1024 RL episodes
     OpsLearnConfig(rft={"rounds": 3, "samples_per_task": 4})  # no RFT arm (a run saved before it): no rule
-    assert OPS_LEARN_PRESETS["cpu"].arms == ["sft", "rl", "rft"] == OPS_LEARN_PRESETS["smoke"].arms
+    assert OPS_LEARN_PRESETS["cpu"].arms == ["sft", "rl", "rft", "rft_rl"] == OPS_LEARN_PRESETS["smoke"].arms
 
 
 def _invoke(*args: str) -> Any:
@@ -159,7 +181,7 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     assert len(rft["train_success"][0]) == smoke.rft.rounds
     assert (run_dir / "arms" / "rft-seed0" / "policy" / "config.json").is_file()  # saved for later use
     markdown = (report / "report.md").read_text().replace("\\", "")
-    for name in ("rl - sft", "rft - sft", "rl - rft"):
+    for name in ("rl - sft", "rft - sft", "rl - rft", "rft_rl - sft", "rft_rl - rft"):
         line = result.comparison(name).sentence()
         assert line in markdown and line in out.output
     assert (report / "figures" / "curve_success.png").is_file()
@@ -235,3 +257,28 @@ def test_a_run_of_sft_and_rft_only_reports_without_an_rl_curve(tmp_path: Path) -
     assert (
         "RL: GRPO" in (report / "report.md").read_text() and "(not run)" in (report / "report.md").read_text()
     )
+
+
+def test_rl_after_rft_remakes_an_unsaved_rft_policy_bit_for_bit(tmp_path: Path) -> None:
+    """A run from before the RFT policy was saved, resumed with the rft_rl arm, trains GRPO from the
+    policy the rft arm scored: expert iteration re-made from the saved SFT policy is the same."""
+    import torch
+
+    from transferlab.coding_rl.policies.model import load_policy
+
+    runs = tmp_path / "runs"
+    out = _invoke("learn", "--preset", "smoke", "--runs-root", str(runs))
+    assert out.exit_code == 0, out.output
+    [run_dir] = (runs / "ops-learn").iterdir()
+    first = read_result(run_dir / "result.json")
+    saved = run_dir / "arms" / "rft-seed0" / "policy"
+    before = load_policy(saved, device="cpu", dtype="float32")[0].state_dict()
+    for path in (saved, run_dir / "arms" / "rft_rl-seed0"):
+        shutil.rmtree(path)
+    again = _invoke("learn", "--resume", str(run_dir), "--runs-root", str(runs))
+    assert again.exit_code == 0, again.output
+    after = load_policy(saved, device="cpu", dtype="float32")[0].state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in before.items())
+    resumed = read_result(run_dir / "result.json")
+    assert resumed.arms["rft"] == first.arms["rft"]  # kept, not re-run
+    assert resumed.arms["rft_rl"].held_out_success == first.arms["rft_rl"].held_out_success

@@ -15,15 +15,17 @@ The ops half of the project's question (issue 18), built like the coding half
    :func:`~transferlab.coding_rl.trainers.expert_iteration.expert_iteration`) on the same practice
    scenarios and RL's number of episodes: each round samples at RL's temperature, keeps the episodes
    whose report passes the rubric, and fine-tunes on the demonstrations plus every distinct one kept.
-   ``arms`` picks which of ``rl`` and ``rft`` a run computes.
-4. **Held-out evaluation** of every policy on the held-out scenarios (a disjoint split of scenario
+4. **RFT then RL** (arm ``rft_rl``): the seed's RFT policy trained further by the RL arm's GRPO
+   (the same settings and episodes), the recipe of an expert-iteration warm start before RL.
+   ``arms`` picks which of ``rl``, ``rft`` and ``rft_rl`` a run computes.
+5. **Held-out evaluation** of every policy on the held-out scenarios (a disjoint split of scenario
    seeds), the same episodes per scenario and the same sampling seed for all, one value per
    (seed, scenario): success = the report scores >= 8 on the rubric (0-10).
 
 ``result.json`` (:mod:`transferlab.platform.results`) holds each arm's held-out success with a 95%
 interval clustered by seed, its rubric, habits and a diagnosis of its reports (reported at all, a
-true cause named, an absent cause blamed, half the evidence cited), and the comparisons ``rl - sft``,
-``rft - sft`` and ``rl - rft`` (of the arms that ran) paired on the same seeds and scenarios,
+true cause named, an absent cause blamed, half the evidence cited), and the comparisons of
+:data:`COMPARISONS` (of the arms that ran) paired on the same seeds and scenarios,
 clustered by seed (primary) and by (seed, scenario), each with its number of clusters and minimum
 detectable effect. The report is written from it.
 
@@ -87,11 +89,18 @@ from transferlab.simulator.ops.grader import rubric_score
 from transferlab.simulator.ops.scenarios import OpsTask
 
 EXPERIMENT = "ops-learn"
-ARMS = ("sft", "rl", "rft")
-"""Every arm the experiment knows; ``OpsLearnConfig.arms`` picks those a run computes."""
-COMPARISONS = {"rl - sft": ("sft", "rl"), "rft - sft": ("sft", "rft"), "rl - rft": ("rft", "rl")}
+ARMS = ("sft", "rl", "rft", "rft_rl")
+"""Every arm the experiment knows, in the order a seed computes them; ``OpsLearnConfig.arms`` picks
+those a run computes."""
+COMPARISONS = {
+    "rl - sft": ("sft", "rl"),
+    "rft - sft": ("sft", "rft"),
+    "rl - rft": ("rft", "rl"),
+    "rft_rl - sft": ("sft", "rft_rl"),
+    "rft_rl - rft": ("rft", "rft_rl"),
+}
 """Each comparison's (a, b): ``b - a``, made when both arms ran."""
-ArmName = Literal["sft", "rl", "rft"]
+ArmName = Literal["sft", "rl", "rft", "rft_rl"]
 EVAL_SEED = 12_345
 """The held-out sampling seed: both arms are scored on the same futures."""
 
@@ -159,8 +168,9 @@ class OpsLearnConfig(ModelChoice):
     arms: list[ArmName] = Field(
         default=["sft", "rl"],
         min_length=2,
-        description="The arms to compute: 'sft' and at least one of 'rl' (GRPO) and 'rft' (the presets run "
-        "all three; the default is what a run saved before the rft arm existed computed).",
+        description="The arms to compute: 'sft' and at least one of 'rl' (GRPO), 'rft' (expert iteration) "
+        "and 'rft_rl' (GRPO from the RFT policy; needs 'rft'). The default is what a run saved before the "
+        "rft arm existed computed.",
     )
     curve_every: int = Field(
         default=16, ge=0, description="RL steps between held-out points of the learning curve; 0 = none."
@@ -177,7 +187,11 @@ class OpsLearnConfig(ModelChoice):
                 "on the training scenarios SFT never showed; raise train_tasks or lower sft_tasks"
             )
         if "sft" not in self.arms or len(set(self.arms)) != len(self.arms):
-            raise ValueError(f"arms must hold 'sft' once and 'rl' and/or 'rft' once each, got {self.arms}")
+            raise ValueError(
+                f"arms must hold 'sft' once and 'rl', 'rft' and/or 'rft_rl' once each, got {self.arms}"
+            )
+        if "rft_rl" in self.arms and "rft" not in self.arms:
+            raise ValueError(f"arm 'rft_rl' trains from the RFT policy: add 'rft' to arms, got {self.arms}")
         if "rft" in self.arms:
             rft_round_tasks(self.rl, self.rft)
         if self.rl.mode != "agent" or self.rl.env_factory != OPS_ENV_FACTORY:
@@ -205,7 +219,7 @@ def ops_learn_smoke() -> OpsLearnConfig:
             }
         ),
         rft=RFTSettings(rounds=2, samples_per_task=2, sft=SFTConfig(steps=2, batch_size=2, lr=1e-3)),
-        arms=["sft", "rl", "rft"],
+        arms=["sft", "rl", "rft", "rft_rl"],
         curve_every=1,
         eval_episodes=1,
     )
@@ -219,7 +233,7 @@ OPS_LEARN_PRESETS: dict[str, OpsLearnConfig] = {
     # took seed 0's SFT from 0.225 to 0.383. GiGPO step credit at lr 1e-4, KL 0.1 and the loss at the
     # sampling temperature: from that start 0.458, where the episode advantage at lr 5e-5, KL 0.05
     # (the earlier preset) fell to 0.258 by blaming absent causes twice as often.
-    "cpu": OpsLearnConfig(arms=["sft", "rl", "rft"]),
+    "cpu": OpsLearnConfig(arms=["sft", "rl", "rft", "rft_rl"]),
     "smoke": ops_learn_smoke(),
 }
 
@@ -344,16 +358,30 @@ class Setup:
         return {**self.scores(model), "demonstrations": len(self.demos), "seconds": time.perf_counter() - t0}
 
     def rl_arm(self, seed: int) -> dict[str, Any]:
-        """A copy of the SFT policy trained with ``train_rl``; resumes from its checkpoint, keeping the
-        curve points already measured (``curve.json``)."""
+        """A copy of the SFT policy trained with ``train_rl`` (:meth:`grpo_arm`)."""
+        return self.grpo_arm(f"rl-seed{seed}", seed, self.sft_policy(seed))
+
+    def rft_rl_arm(self, seed: int) -> dict[str, Any]:
+        """The seed's RFT policy (saved by the ``rft`` arm, or re-made by :meth:`rft_policy` when a run
+        from before the policy was saved is resumed) trained further like the RL arm."""
+        directory = self.exp.arm_dir(f"rft-seed{seed}") / "policy"
+        if (directory / "config.json").exists():
+            start = load_policy(directory, device="cpu", dtype="float32")[0]
+        else:
+            start = self.rft_policy(seed, self.config.rft)[0]
+            save_policy(start, self.tokenizer, directory)
+        return self.grpo_arm(f"rft_rl-seed{seed}", seed, start)
+
+    def grpo_arm(self, arm: str, seed: int, start: Any) -> dict[str, Any]:
+        """A copy of ``start`` trained with ``train_rl`` on the practice scenarios, scored on held-out;
+        resumes from its checkpoint, keeping the curve points already measured (``curve.json``)."""
         from transferlab.coding_rl.trainers.rl import train_rl
 
-        arm, cfg = f"rl-seed{seed}", self.config
+        cfg = self.config
         rl = cfg.rl.model_copy(update={"seed": seed})
         curve_path = self.exp.arm_dir(arm) / "curve.json"
         curve: list[dict[str, Any]] = json.loads(curve_path.read_text()) if curve_path.exists() else []
         episodes_per_step = rl.tasks_per_step * rl.group_size
-        sft_model = self.sft_policy(seed)
         t0 = time.perf_counter()
 
         def on_step(step: int, model: Any) -> dict[str, float]:
@@ -368,7 +396,7 @@ class Setup:
 
         with self.exp.arm_logger(arm, resume=True) as logger:
             result = train_rl(
-                copy.deepcopy(sft_model),
+                copy.deepcopy(start),
                 self.tokenizer,
                 self.practice,
                 rl,
@@ -483,9 +511,10 @@ def _seed_arms(exp: Experiment, setup: Setup, seed: int, bar: Any | None) -> Res
         "sft": functools.partial(setup.sft_arm, seed),
         "rl": functools.partial(setup.rl_arm, seed),
         "rft": functools.partial(setup.rft_arm, seed),
+        "rft_rl": functools.partial(setup.rft_rl_arm, seed),
     }
     out: Results = {}
-    for arm in setup.config.arms:
+    for arm in (a for a in ARMS if a in setup.config.arms):
         compute = computes[arm]
         if bar is not None:
             exp.progress.update(bar, description=f"{arm.upper()} seed {seed}")
@@ -514,8 +543,8 @@ def _seed_job(config: OpsLearnConfig, run_dir: str, runs_root: str, seeds: list[
 
 
 def build_result(config: OpsLearnConfig, results: Results, command: str, n_train: int, n_held: int) -> Result:
-    """Each arm's held-out success, rubric, habits, diagnosis and seconds per seed; ``rl - sft``,
-    ``rft - sft`` and ``rl - rft`` (those whose arms ran) clustered by seed and by (seed, scenario)."""
+    """Each arm's held-out success, rubric, habits, diagnosis and seconds per seed; the comparisons of
+    :data:`COMPARISONS` (those whose arms ran) clustered by seed and by (seed, scenario)."""
     data: dict[str, HeldOut] = {
         arm: held_out(results, arm, config.seeds, "held_out") for arm in ARMS if arm in config.arms
     }
@@ -533,7 +562,7 @@ def build_result(config: OpsLearnConfig, results: Results, command: str, n_train
             "diagnosis": _pooled([r["diagnosis"] for r in rows]),
             "seconds_per_seed": [float(r["seconds"]) for r in rows],
         }
-        if arm == "rl":
+        if arm in ("rl", "rft_rl"):
             entry["training_episodes"] = [int(r["training_episodes"]) for r in rows]
             entry["train_success"] = [r["train_success"] for r in rows]
             entry["curve"] = [r["curve"] for r in rows]
@@ -544,11 +573,7 @@ def build_result(config: OpsLearnConfig, results: Results, command: str, n_train
         arms[arm] = Arm.model_validate(entry)
     clusters: tuple[Cluster, ...] = ("seed", "seed+task")
     comparisons: list[Comparison] = []
-    for name, (a, b) in {
-        "rl - sft": ("sft", "rl"),
-        "rft - sft": ("sft", "rft"),
-        "rl - rft": ("rft", "rl"),
-    }.items():
+    for name, (a, b) in COMPARISONS.items():
         if a in data and b in data:
             comparisons += compare(name, data[a], data[b], clusters)
     settings = config.model_dump(mode="json")
@@ -570,21 +595,27 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
+CURVE_STARTS = {"rl": "sft", "rft_rl": "rft"}
+"""Each GRPO arm's starting arm: its curve's point at 0 RL episodes."""
+
+
 def curve_series(result: Result) -> dict[str, dict[str, Curve]]:
-    """Mean held-out success and rubric over seeds against RL episodes, starting at the SFT point."""
-    sft, rl = result.arms["sft"].model_extra or {}, result.arms["rl"].model_extra or {}
-    curves = rl["curve"]
-    steps = sorted({p["episodes"] for c in curves for p in c})
-    out: dict[str, dict[str, Curve]] = {}
-    for key, start in (("success", sft["per_seed"]), ("rubric", sft["rubric_per_seed"])):
-        ys = [mean(start)]
-        for e in steps:
-            ys.append(mean([p[key] for c in curves for p in c if p["episodes"] == e]))
-        out[key] = {"SFT + RL (mean over seeds)": Curve([0, *steps], ys)}
+    """Mean held-out success and rubric over seeds against RL episodes, per GRPO arm that ran, each
+    starting at its starting policy's point (the SFT or the RFT arm)."""
+    out: dict[str, dict[str, Curve]] = {"success": {}, "rubric": {}}
+    for arm, start_arm in CURVE_STARTS.items():
+        if arm not in result.arms:
+            continue
+        start = result.arms[start_arm].model_extra or {}
+        curves = (result.arms[arm].model_extra or {})["curve"]
+        steps = sorted({p["episodes"] for c in curves for p in c})
+        for key, first in (("success", start["per_seed"]), ("rubric", start["rubric_per_seed"])):
+            ys = [mean([p[key] for c in curves for p in c if p["episodes"] == e]) for e in steps]
+            out[key][f"{ARM_LABELS[arm]} (mean over seeds)"] = Curve([0, *steps], [mean(first), *ys])
     return out
 
 
-ARM_LABELS = {"sft": "SFT", "rl": "SFT + RL (GRPO)", "rft": "SFT + RFT"}
+ARM_LABELS = {"sft": "SFT", "rl": "SFT + RL (GRPO)", "rft": "SFT + RFT", "rft_rl": "SFT + RFT + RL (GRPO)"}
 
 
 def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start: StartModel | None) -> Report:
@@ -641,12 +672,12 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
             for arm, e in extras.items()
         ]
     )
-    if "rl" in extras:
+    if "rl" in extras or "rft_rl" in extras:
         series = curve_series(result)
         report.figure(
             plot_curves(series["success"], xlabel="RL training episodes", ylabel="held-out success"),
             "curve_success",
-            "Held-out success during RL (mean over seeds; episodes 0 = the SFT policy).",
+            "Held-out success during RL (mean over seeds; episodes 0 = the policy RL started from).",
         )
         report.figure(
             plot_curves(series["rubric"], xlabel="RL training episodes", ylabel="held-out rubric (0-10)"),
@@ -674,7 +705,8 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
             f"RL: {rl.algo.upper()} ({rl.advantage} advantage), {rl.rewards} rewards, {rl.steps} steps x "
             f"{rl.tasks_per_step} scenarios x G={rl.group_size}, lr {rl.lr}, KL {rl.kl_coef}, temperature "
             f"{rl.temperature} (loss at {'it' if rl.loss_temperature == 'sampling' else 'T=1'})"
-            + ("" if "rl" in extras else " (not run)"),
+            + ("" if "rl" in extras or "rft_rl" in extras else " (not run)")
+            + ("; the rft_rl arm runs it from the RFT policy" if "rft_rl" in extras else ""),
             f"RFT: the same {episodes} episodes as {rft.rounds} rounds x {rft.samples_per_task} samples of "
             f"{episodes // (rft.rounds * rft.samples_per_task)} scenarios at temperature {rl.temperature}; "
             f"each round fine-tunes {rft.sft.steps} steps x {rft.sft.batch_size} at lr {rft.sft.lr} on "
