@@ -157,7 +157,8 @@ def compare(
         Path | None,
         typer.Option(
             "--ops-learn-result",
-            help="The ops-learn experiment's result.json (default: docs/results/ops_learn/result.json).",
+            help="The ops-learn experiment's result.json "
+            "(default: docs/results/ops_learn/seven_seeds/result.json, seven seeds pooled).",
         ),
     ] = None,
     human_agreement: Annotated[

@@ -179,7 +179,9 @@ def test_result_json_is_in_the_shared_schema_with_matched_comparisons(run: tuple
     assert coding.cluster == "seed" and coding.estimate == pytest.approx(0.051, abs=0.0005)
     assert {c.name for c in result.comparisons} >= {
         "coding multi-turn: rl - rft",
+        "coding multi-turn: rft - sft",
         "coding single-step: grpo - sft",
+        "ops multi-turn, RFT first: rft - sft",  # the committed RFT run
     }
     md = (out / "report.md").read_text()
     assert "RL against its baselines, side by side" in md and "ops multi-turn: rl - sft" in md
@@ -246,6 +248,23 @@ def test_the_transfer_section_takes_the_seed_clustered_figures_when_result_json_
     assert "transfer - scratch: pipeline ran, no detectable change: -50.0 points" in text
     assert "(MDE " in text
     assert "2 seed clusters" in clustered.transfer_source
+
+
+def test_a_pooled_ops_result_takes_its_gain_and_the_first_run_of_the_preset_its_time(tmp_path: Path) -> None:
+    """The seven-seed pool keeps no timings: worth = its gain over the first run's RL hours per seed."""
+    import shutil
+
+    from transferlab.comparison.compare import OPS_LEARN, CompareConfig, _from_ops_learn
+
+    committed = Path(__file__).parents[2] / "docs" / "results" / OPS_LEARN
+    (tmp_path / OPS_LEARN).parent.mkdir(parents=True)
+    shutil.copy(committed, tmp_path / OPS_LEARN)
+    ops_learn_result(tmp_path / "ops_learn")  # RL 1800 s a seed
+    learned = _from_ops_learn(CompareConfig(results_dir=str(tmp_path)))
+    gain = json.loads(committed.read_text())["comparisons"][0]["estimate"] * 100
+    assert learned["gain"].value == pytest.approx(gain) and "7 seeds" in learned["gain"].how
+    assert learned["worth"].value == pytest.approx(gain / 0.5)  # 1800 s = 0.5 CPU-hours
+    assert "time from " + str(tmp_path / "ops_learn" / "result.json") in learned["worth"].how
 
 
 def test_a_file_that_is_not_a_transfer_summary_is_refused(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ class CompareConfig(BaseConfig):
         default=None,
         description="The ops-learn experiment's result.json (multi-turn SFT vs SFT + GRPO on ops; it "
         "supplies the ops RL gain, its cost and SFT success when present); default: "
-        "<results_dir>/ops_learn/result.json.",
+        "<results_dir>/ops_learn/seven_seeds/result.json (the preset's seven seeds pooled).",
     )
 
 
@@ -215,7 +215,7 @@ def _from_ops_learn(config: CompareConfig) -> dict[str, Measure]:
     """Gain, worth and SFT success from the ops-learn result.json, or {} when there is none."""
     from transferlab.platform.results import read_result
 
-    path = Path(config.ops_learn_result or Path(config.results_dir, "ops_learn", "result.json"))
+    path = Path(config.ops_learn_result or Path(config.results_dir, OPS_LEARN))
     if not path.is_file():
         return {}
     result = read_result(path)
@@ -227,12 +227,14 @@ def _from_ops_learn(config: CompareConfig) -> dict[str, Measure]:
         f"(95% CI [{100 * c.ci[0]:+.1f}, {100 * c.ci[1]:+.1f}] pts, MDE {100 * c.mde:.1f} pts; {path})",
         {"low": 100 * c.ci[0], "high": 100 * c.ci[1]},
     )
-    seconds = (result.arms["rl"].model_extra or {}).get("seconds_per_seed", [])
+    timed = _rl_seconds_source(result, path, config)
+    seconds = (read_result(timed).arms["rl"].model_extra or {}).get("seconds_per_seed", []) if timed else []
     cpu_h = sum(seconds) / len(seconds) / 3600 if seconds else float("nan")
     worth = Measure(
         per_cost(100 * c.estimate, cpu_h),
         "pts/CPU-h",
-        f"GRPO gain {100 * c.estimate:+.1f} pts over {cpu_h:.2f} CPU-hours of RL per seed (one core; {path})",
+        f"GRPO gain {100 * c.estimate:+.1f} pts over {cpu_h:.2f} CPU-hours of RL per seed (one core; "
+        f"gain from {path}, time from {timed})",
     )
     h = result.arms["sft"].held_out_success
     sft = Measure(
@@ -243,6 +245,15 @@ def _from_ops_learn(config: CompareConfig) -> dict[str, Measure]:
         {"low": h.ci[0], "high": h.ci[1]},
     )
     return {"gain": gain, "worth": worth, "sft": sft}
+
+
+def _rl_seconds_source(result: Any, path: Path, config: CompareConfig) -> Path | None:
+    """The result whose RL arm timed its seeds: ``path`` itself, or for a pooled result (which keeps
+    no timings) the first pooled run of the same preset, ``<results_dir>/ops_learn/result.json``."""
+    if "seconds_per_seed" in (result.arms["rl"].model_extra or {}):
+        return path
+    first = Path(config.results_dir, "ops_learn", "result.json")
+    return first if first.is_file() and first != path else None
 
 
 def _from_transfer(config: CompareConfig) -> dict[str, Measure]:
@@ -417,11 +428,16 @@ def ops_with_trained_runs(config: CompareConfig, say: Progress) -> Measured:
 
 # ------------------------------------------------------------------------------ committed results
 
+OPS_LEARN = "ops_learn/seven_seeds/result.json"
+"""The ops GRPO result compare reads by default: the preset's seven seeds pooled."""
+
 COMMITTED: tuple[str, ...] = (
     "coding_learn/result.json",
     "coding_agent_learn/result.json",
     "coding_dense_sparse/result.json",
     "ops_learn/result.json",
+    OPS_LEARN,
+    "ops_learn_rft/result.json",
     "transfer/summary.json",
     "offline_rl/result.json",
 )
@@ -447,8 +463,9 @@ def missing_results(root: str | Path) -> list[str]:
 # -------------------------------------------------------------------------------- matched results
 
 MATCHED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("coding multi-turn", "coding_agent_learn", ("rl - sft", "rl - rft")),
-    ("ops multi-turn", "ops_learn", ("rl - sft",)),
+    ("coding multi-turn", "coding_agent_learn", ("rl - sft", "rl - rft", "rft - sft")),
+    ("ops multi-turn", "ops_learn/seven_seeds", ("rl - sft",)),
+    ("ops multi-turn, RFT first", "ops_learn_rft", ("rft - sft", "rft_rl - sft", "rft_rl - rft")),
     ("coding single-step", "coding_learn", ("grpo - sft",)),
 )
 """(label, committed result directory, comparisons copied): the RL-vs-baseline results set side by
@@ -555,7 +572,7 @@ def run_compare(
         result.panel.update(measured.panel)
     sections["campaign_offline"] = measure_offline(config.results_dir, sections["market"]["table"], say)
     measure_transfer(config, result, say)
-    result.matched = matched_results(config.results_dir, {"ops_learn": config.ops_learn_result})
+    result.matched = matched_results(config.results_dir, {"ops_learn/seven_seeds": config.ops_learn_result})
     result.table = {
         p: {f: sections[f]["table"].get(p) or not_measured(f"{f} has no such task") for f in FAMILIES}
         for p in PROPERTIES
