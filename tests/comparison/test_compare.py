@@ -309,7 +309,7 @@ def test_committed_results_are_found_outside_the_repository_root(
     empty.mkdir()
     assert results_root(empty) == empty
     missing = missing_results(empty)
-    assert str(empty / "coding_agent_learn" / "result.json") in missing and len(missing) == 6
+    assert str(empty / "coding_agent_learn" / "result.json") in missing and len(missing) == 8
 
 
 def test_a_results_dir_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
