@@ -103,7 +103,8 @@ def test_rl_after_rft_is_compared_with_both_of_its_stages_and_its_curve_starts_a
     assert result.comparison("rft_rl - sft").estimate == pytest.approx(0.75 - 0.25)
     assert result.comparison("rft_rl - rft").estimate == pytest.approx(0.75 - 0.5)
     [curve] = curve_series(result)["success"].values()
-    assert curve.y == [0.5, 0.5, 0.75]  # episodes 0 = the RFT arm's mean over seeds
+    # SFT at 0 episodes, RFT after its 8, then RL's points after 4 and 8 more
+    assert (curve.x, curve.y) == ([0, 8, 12, 16], [0.25, 0.5, 0.5, 0.75])
 
 
 def test_a_run_that_did_not_improve_says_pipeline_ran() -> None:

@@ -595,23 +595,28 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
-CURVE_STARTS = {"rl": "sft", "rft_rl": "rft"}
-"""Each GRPO arm's starting arm: its curve's point at 0 RL episodes."""
+CURVE_STARTS = {"rl": ("sft",), "rft_rl": ("sft", "rft")}
+"""Each GRPO arm's stages before RL: its curve starts at the SFT point (0 episodes), then each stage's
+point after that stage's training episodes, then RL's points after all of them."""
 
 
 def curve_series(result: Result) -> dict[str, dict[str, Curve]]:
-    """Mean held-out success and rubric over seeds against RL episodes, per GRPO arm that ran, each
-    starting at its starting policy's point (the SFT or the RFT arm)."""
+    """Mean held-out success and rubric over seeds against training episodes since SFT, per GRPO arm
+    that ran: the SFT point, the RFT point for the arm that starts from it, then RL's points."""
     out: dict[str, dict[str, Curve]] = {"success": {}, "rubric": {}}
-    for arm, start_arm in CURVE_STARTS.items():
+    for arm, stages in CURVE_STARTS.items():
         if arm not in result.arms:
             continue
-        start = result.arms[start_arm].model_extra or {}
+        extras = [result.arms[stage].model_extra or {} for stage in stages]
+        offsets = [0] + [max(e["training_episodes"]) for e in extras[1:]]
+        offsets = [sum(offsets[: i + 1]) for i in range(len(offsets))]
         curves = (result.arms[arm].model_extra or {})["curve"]
         steps = sorted({p["episodes"] for c in curves for p in c})
-        for key, first in (("success", start["per_seed"]), ("rubric", start["rubric_per_seed"])):
-            ys = [mean([p[key] for c in curves for p in c if p["episodes"] == e]) for e in steps]
-            out[key][f"{ARM_LABELS[arm]} (mean over seeds)"] = Curve([0, *steps], [mean(first), *ys])
+        for key, per_seed in (("success", "per_seed"), ("rubric", "rubric_per_seed")):
+            ys = [mean(e[per_seed]) for e in extras]
+            ys += [mean([p[key] for c in curves for p in c if p["episodes"] == e]) for e in steps]
+            xs = [*offsets, *(offsets[-1] + e for e in steps)]
+            out[key][f"{ARM_LABELS[arm]} (mean over seeds)"] = Curve(xs, ys)
     return out
 
 
@@ -675,14 +680,17 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
     if "rl" in extras or "rft_rl" in extras:
         series = curve_series(result)
         report.figure(
-            plot_curves(series["success"], xlabel="RL training episodes", ylabel="held-out success"),
+            plot_curves(series["success"], xlabel="training episodes since SFT", ylabel="held-out success"),
             "curve_success",
-            "Held-out success during RL (mean over seeds; episodes 0 = the policy RL started from).",
+            "Held-out success during training (mean over seeds; 0 = the SFT policy; for RL after RFT, "
+            "the RFT policy after its episodes, then RL's points).",
         )
         report.figure(
-            plot_curves(series["rubric"], xlabel="RL training episodes", ylabel="held-out rubric (0-10)"),
+            plot_curves(
+                series["rubric"], xlabel="training episodes since SFT", ylabel="held-out rubric (0-10)"
+            ),
             "curve_rubric",
-            "Held-out rubric score during RL (mean over seeds).",
+            "Held-out rubric score during training (mean over seeds).",
         )
     report.figure(
         plot_bars({a: held_out_interval(result, a) for a in result.arms}, ylabel="held-out success"),
