@@ -466,7 +466,8 @@ def run_ops_learn(
     console: Console | None = None,
     jobs: int = 1,
 ) -> dict[str, Any]:
-    """Per seed: SFT, then RL from it, both scored on the held-out scenarios; result, summary, report.
+    """Per seed: SFT, then the other arms of ``config.arms`` from it, all scored on the held-out
+    scenarios; result, summary, report.
 
     A resumed run keeps its finished arms (the RL arm resumes from its checkpoint). ``jobs > 1`` runs
     the seeds in that many processes at once; the result is the one a single process would write.
