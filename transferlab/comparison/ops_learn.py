@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -334,13 +335,22 @@ class Setup:
             "diagnosis": report_diagnosis(flat, ev),
         }
 
-    def sft_policy(self, seed: int) -> Any:
-        """The seed's SFT policy: trained once and saved in ``arms/sft-seed<seed>/policy``."""
-        from transferlab.coding_rl.trainers.demos import train_sft
-
-        directory = self.exp.arm_dir(f"sft-seed{seed}") / "policy"
+    def saved_policy(self, arm: str, make: Callable[[], Any]) -> Any:
+        """The policy saved in ``arms/<arm>/policy``, or ``make()``'s, saved there first."""
+        directory = self.exp.arm_dir(arm) / "policy"
         if (directory / "config.json").exists():
             return load_policy(directory, device="cpu", dtype="float32")[0]
+        model = make()
+        save_policy(model, self.tokenizer, directory)
+        return model
+
+    def sft_policy(self, seed: int) -> Any:
+        """The seed's SFT policy: trained once and saved in ``arms/sft-seed<seed>/policy``."""
+        return self.saved_policy(f"sft-seed{seed}", functools.partial(self._train_sft, seed))
+
+    def _train_sft(self, seed: int) -> Any:
+        from transferlab.coding_rl.trainers.demos import train_sft
+
         cfg = self.config
         if self.start is not None:
             model = self.start.fresh()
@@ -349,7 +359,6 @@ class Setup:
         torch.manual_seed(seed)
         with self.exp.arm_logger(f"sft-seed{seed}") as logger:
             train_sft(model, self.tokenizer, self.demos, cfg.sft.model_copy(update={"seed": seed}), logger)
-        save_policy(model, self.tokenizer, directory)
         return model
 
     def sft_arm(self, seed: int) -> dict[str, Any]:
@@ -364,12 +373,7 @@ class Setup:
     def rft_rl_arm(self, seed: int) -> dict[str, Any]:
         """The seed's RFT policy (saved by the ``rft`` arm, or re-made by :meth:`rft_policy` when a run
         from before the policy was saved is resumed) trained further like the RL arm."""
-        directory = self.exp.arm_dir(f"rft-seed{seed}") / "policy"
-        if (directory / "config.json").exists():
-            start = load_policy(directory, device="cpu", dtype="float32")[0]
-        else:
-            start = self.rft_policy(seed, self.config.rft)[0]
-            save_policy(start, self.tokenizer, directory)
+        start = self.saved_policy(f"rft-seed{seed}", lambda: self.rft_policy(seed, self.config.rft)[0])
         return self.grpo_arm(f"rft_rl-seed{seed}", seed, start)
 
     def grpo_arm(self, arm: str, seed: int, start: Any) -> dict[str, Any]:
@@ -609,8 +613,7 @@ def curve_series(result: Result) -> dict[str, dict[str, Curve]]:
         if arm not in result.arms:
             continue
         extras = [result.arms[stage].model_extra or {} for stage in stages]
-        offsets = [0] + [max(e["training_episodes"]) for e in extras[1:]]
-        offsets = [sum(offsets[: i + 1]) for i in range(len(offsets))]
+        offsets = list(itertools.accumulate((max(e["training_episodes"]) for e in extras[1:]), initial=0))
         curves = (result.arms[arm].model_extra or {})["curve"]
         steps = sorted({p["episodes"] for c in curves for p in c})
         for key, per_seed in (("success", "per_seed"), ("rubric", "rubric_per_seed")):
