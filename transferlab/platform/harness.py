@@ -11,10 +11,13 @@ The run is owned by one process (a second one is refused with the owner's pid), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -146,3 +149,25 @@ class Experiment:
 def clear_arm(run_dir: Path, arm: str) -> None:
     """Forget an arm (its result and checkpoint) so the next resume recomputes it."""
     shutil.rmtree(run_dir / "arms" / arm, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit(143)`` in this process, so ``finally`` blocks run.
+
+    Python's default SIGTERM ends a process without unwinding, so ``kill PID`` of an experiment that
+    started worker processes would leave them computing; inside this block the parent's ``finally``
+    stops them. Outside the main thread (where signal handlers cannot be set) it changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

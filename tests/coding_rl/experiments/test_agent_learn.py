@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +260,65 @@ def test_jobs_split_the_seeds_over_processes_and_give_one_process_s_result(tmp_p
         a = json.loads((shared / "arms" / f"{arm}-seed2" / "result.json").read_text())
         b = json.loads((single / "arms" / f"{arm}-seed2" / "result.json").read_text())
         assert a["held_out"] == b["held_out"] and a["diagnosis"] == b["diagnosis"], arm
+
+
+SIGTERM_SCRIPT = '''
+import os, sys, time
+from pathlib import Path
+from rich.console import Console
+from transferlab.coding_rl.experiments.agent_learn import seeds_in_processes
+from transferlab.platform.config import BaseConfig
+from transferlab.platform.harness import Experiment
+
+
+class Seeds(BaseConfig):
+    seeds: list[int] = [0, 1]
+    """Two seeds, one per process."""
+
+
+def job(config, run_dir, runs_root, seeds):
+    Path(runs_root, f"pid-{seeds[0]}").write_text(str(os.getpid()))
+    time.sleep(300)
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1])
+    exp, config = Experiment.open("sigterm-check", Seeds(), root, None, Console(quiet=True), True)
+    with exp.run, exp.progress:
+        bar = exp.progress.add_task("seeds", total=2)
+        seeds_in_processes(exp, config, root, 2, bar, job=job, arms=("a",))
+'''
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    """Whether process ``pid`` has ended (and been reaped) within ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_sigterm_to_the_parent_stops_the_seed_processes(tmp_path: Path) -> None:
+    """`kill PID` of a --jobs run ends its seed processes too (they sleep 300 s if left running)."""
+    script = tmp_path / "jobs.py"
+    script.write_text(SIGTERM_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    try:
+        pid_files = [tmp_path / "pid-0", tmp_path / "pid-1"]
+        deadline = time.monotonic() + 120
+        while not all(f.exists() for f in pid_files) and time.monotonic() < deadline:
+            assert parent.poll() is None, "the parent ended before its seed processes started"
+            time.sleep(0.2)
+        children = [int(f.read_text()) for f in pid_files]
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=60) == 128 + signal.SIGTERM
+        assert all(_gone(pid, within_s=30) for pid in children)
+    finally:
+        parent.kill()
+        for f in tmp_path.glob("pid-*"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(f.read_text()), signal.SIGKILL)

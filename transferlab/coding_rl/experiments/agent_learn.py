@@ -73,7 +73,7 @@ from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.platform.config import BaseConfig
-from transferlab.platform.harness import Experiment
+from transferlab.platform.harness import Experiment, sigterm_as_exit
 from transferlab.platform.reports import Report, plot_bars
 from transferlab.platform.results import Arm, Cluster, Comparison, Result
 from transferlab.platform.trajectory import Trajectory
@@ -675,19 +675,17 @@ def seeds_in_processes(
     procs = [
         ctx.Process(target=job, args=(config, str(exp.run.dir), str(runs_root), seeds)) for seeds in groups
     ]
-    for proc in procs:
-        proc.start()
     names = [f"{arm}-seed{seed}" for seed in config.seeds for arm in arms]
-    try:
-        while any(p.is_alive() for p in procs):
-            done = sum(exp.result(n) is not None for n in names)
-            exp.progress.update(bar, completed=done, description=f"{len(procs)} processes")
-            time.sleep(2.0)
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-            proc.join()
+    with sigterm_as_exit():  # `kill PID` of this process also stops the seed processes
+        try:
+            for proc in procs:
+                proc.start()
+            while any(p.is_alive() for p in procs):
+                done = sum(exp.result(n) is not None for n in names)
+                exp.progress.update(bar, completed=done, description=f"{len(procs)} processes")
+                time.sleep(2.0)
+        finally:
+            _stop(procs)
     failed = [seeds for proc, seeds in zip(procs, groups, strict=True) if proc.exitcode != 0]
     if failed:
         raise RuntimeError(
@@ -695,6 +693,16 @@ def seeds_in_processes(
             f"run with --resume {exp.run.dir}"
         )
     exp.progress.update(bar, completed=0)
+
+
+def _stop(procs: Sequence[Any]) -> None:
+    """Terminate the started processes still running and wait for each."""
+    for proc in procs:
+        if proc.pid is not None and proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        if proc.pid is not None:
+            proc.join()
 
 
 def build_result(
