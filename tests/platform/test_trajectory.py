@@ -28,6 +28,7 @@ from transferlab.platform.trajectory import (
     TrajectoryWriter,
     read_trajectories,
     to_tensors,
+    write_trajectories,
 )
 
 SPECIALS = ["<pad>", "<|im_start|>", "<|im_end|>"]
@@ -125,6 +126,20 @@ def _tmp_leftovers(directory: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ the round trip
+
+
+def test_write_trajectories_round_trips_in_order_and_refuses_repeated_ids(tmp_path: Path) -> None:
+    path = tmp_path / "kept.parquet"
+    episodes = [_episode("b", n=2), _episode("a", n=3)]
+    write_trajectories(path, episodes)
+    back = read_trajectories(path)
+    assert [t.episode_id for t in back] == ["b", "a"]
+    assert [t.token_ids() for t in back] == [t.token_ids() for t in episodes]
+    with pytest.raises(ValueError, match="unique"):
+        write_trajectories(path, [_episode("a"), _episode("a")])
+    assert [t.episode_id for t in read_trajectories(path)] == ["b", "a"]  # the file is untouched
+    write_trajectories(path, [])
+    assert read_trajectories(path) == [] and _tmp_leftovers(tmp_path) == []
 
 
 def test_multi_turn_round_trip_keeps_sampled_ids_mask_rewards_and_logprobs(

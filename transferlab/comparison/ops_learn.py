@@ -373,7 +373,9 @@ class Setup:
     def rft_rl_arm(self, seed: int) -> dict[str, Any]:
         """The seed's RFT policy (saved by the ``rft`` arm, or re-made by :meth:`rft_policy` when a run
         from before the policy was saved is resumed) trained further like the RL arm."""
-        start = self.saved_policy(f"rft-seed{seed}", lambda: self.rft_policy(seed, self.config.rft)[0])
+        start = self.saved_policy(
+            f"rft-seed{seed}", lambda: self.rft_policy(seed, self.config.rft, self.rft_rounds(seed))[0]
+        )
         return self.grpo_arm(f"rft_rl-seed{seed}", seed, start)
 
     def grpo_arm(self, arm: str, seed: int, start: Any) -> dict[str, Any]:
@@ -421,10 +423,15 @@ class Setup:
             "seconds": time.perf_counter() - t0,
         }
 
-    def rft_policy(self, seed: int, rft: RFTSettings) -> tuple[Any, list[Any]]:
+    def rft_rounds(self, seed: int) -> Path:
+        """Where the ``rft`` arm of ``seed`` saves its finished expert-iteration rounds."""
+        return self.exp.arm_dir(f"rft-seed{seed}") / "rounds"
+
+    def rft_policy(self, seed: int, rft: RFTSettings, rounds: Path | None = None) -> tuple[Any, list[Any]]:
         """A copy of the seed's SFT policy trained by expert iteration (rejection-sampling fine-tuning)
         on RL's number of episodes over the practice scenarios: each round samples at RL's temperature,
-        keeps the episodes whose report the rubric passed, fine-tunes on demonstrations plus those."""
+        keeps the episodes whose report the rubric passed, fine-tunes on demonstrations plus those.
+        ``rounds``: the directory that saves each finished round (a resumed arm continues from it)."""
         from transferlab.coding_rl.trainers.expert_iteration import expert_iteration
         from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
 
@@ -437,15 +444,15 @@ class Setup:
         )
         worker = RolloutWorker(model, self.tokenizer, spec)
         demos = self.demos if rft.keep_demos else []
-        with self.exp.arm_logger(f"rft-seed{seed}") as logger:
-            stats = expert_iteration(model, self.tokenizer, tasks, demos, config, worker, logger)
+        with self.exp.arm_logger(f"rft-seed{seed}", resume=rounds is not None) as logger:
+            stats = expert_iteration(model, self.tokenizer, tasks, demos, config, worker, logger, rounds)
         return model, stats
 
     def rft_arm(self, seed: int) -> dict[str, Any]:
         """The RFT arm: :meth:`rft_policy` with the config's settings, scored on held-out; the policy is
         saved in ``arms/rft-seed<seed>/policy`` (a start for GRPO after RFT, or for inspection)."""
         t0 = time.perf_counter()
-        model, stats = self.rft_policy(seed, self.config.rft)
+        model, stats = self.rft_policy(seed, self.config.rft, self.rft_rounds(seed))
         save_policy(model, self.tokenizer, self.exp.arm_dir(f"rft-seed{seed}") / "policy")
         return {
             **self.scores(model),

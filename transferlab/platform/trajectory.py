@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transferlab.platform.io import AtomicRewriter
+from transferlab.platform.io import AtomicRewriter, atomic_write_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -501,6 +501,14 @@ def _parquet_bytes(trajectories: Sequence[Trajectory]) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(_table(trajectories), sink)
     return bytes(sink.getvalue().to_pybytes())
+
+
+def write_trajectories(path: str | os.PathLike[str], trajectories: Sequence[Trajectory]) -> None:
+    """Write ``trajectories`` (validated; unique episode ids) as one Parquet file, atomically."""
+    ids = [t.validate().episode_id for t in trajectories]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: episode ids must be unique within a file")
+    atomic_write_bytes(Path(path), _parquet_bytes(trajectories))
 
 
 def _record(row: Mapping[str, Any]) -> StepRecord:

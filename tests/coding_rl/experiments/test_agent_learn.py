@@ -212,12 +212,15 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     kept = {arm: (run_dir / "arms" / f"{arm}-seed0" / "result.json") for arm in ("sft", "rl")}
     before = {arm: (p.stat().st_mtime_ns, p.read_text()) for arm, p in kept.items()}
     (run_dir / "arms" / "rft-seed0" / "result.json").unlink()
+    assert (run_dir / "arms" / "rft-seed0" / "rounds" / "rounds.pt").is_file()  # every round saved
     again = _invoke("--resume", str(run_dir), "--runs-root", str(runs))
     assert again.exit_code == 0, again.output
     assert {arm: (p.stat().st_mtime_ns, p.read_text()) for arm, p in kept.items()} == before
     assert (run_dir / "arms" / "rft-seed0" / "result.json").is_file()
     resumed = read_result(run_dir / "result.json")
     assert resumed.arms["sft"] == result.arms["sft"] and resumed.arms["rl"] == result.arms["rl"]
+    # the RFT arm continued after its saved rounds (all of them): the same policy, the same scores
+    assert resumed.arms["rft"].held_out_success == result.arms["rft"].held_out_success
 
     # the held-out values are evaluate_agent's episodes: the saved SFT policy scores the same there
     from transferlab.coding_rl.experiments.common import evaluate_agent, opened_sandbox

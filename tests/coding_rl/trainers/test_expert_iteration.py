@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,3 +71,46 @@ def test_verified_successes_keep_passing_episodes_once(
     passed = [t for t in trajs if t.steps[-1].info["success"]]
     assert len(kept) == (1 if passed else 0)
     assert all(t.steps[-1].info["success"] for t in kept)
+
+
+class _StopAtRound(MemoryLogger):
+    """A logger whose ``log`` of round ``stop`` raises, as if the process were killed there."""
+
+    def __init__(self, stop: int) -> None:
+        super().__init__()
+        self.stop = stop
+
+    def log(self, step: int, metrics: Any) -> None:
+        if step == self.stop:
+            raise KeyboardInterrupt("killed")
+        super().log(step, metrics)
+
+
+def test_a_checkpointed_run_resumes_after_its_last_round_to_the_same_model(
+    tok: Any, sandbox: SandboxBackend, worker_and_model: tuple[RolloutWorker, Any], tmp_path: Path
+) -> None:
+    """Killed in round 1 and run again, expert iteration ends where an uninterrupted run ends."""
+    _, start = worker_and_model
+    train, _ = toy_tasks()
+    demos = [code_demonstration(tok, t, toy_solution(t)) for t in train[:6]]
+    config = ExpertIterationConfig(rounds=2, samples_per_task=3, sft=SFTConfig(steps=5, batch_size=4))
+
+    def run(directory: Path, logger: MemoryLogger) -> tuple[Any, list[Any]]:
+        model = copy.deepcopy(start)
+        worker = RolloutWorker(model, tok, WorkerSpec(policy_dir="", threads=0), sandbox=sandbox)
+        try:
+            return model, expert_iteration(model, tok, train[:6], demos, config, worker, logger, directory)
+        finally:
+            worker.close()
+
+    whole, whole_stats = run(tmp_path / "whole", MemoryLogger())
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", _StopAtRound(1))
+    assert (tmp_path / "cut" / "rounds.pt").exists()  # round 0 was saved
+    logger = MemoryLogger()
+    resumed, resumed_stats = run(tmp_path / "cut", logger)
+    assert resumed_stats == whole_stats
+    assert logger.series("expert_iteration/data_size").tolist() == [float(whole_stats[1].data_size)]
+    for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert any(not torch.equal(a, b) for a, b in zip(start.parameters(), resumed.parameters(), strict=True))

@@ -545,8 +545,17 @@ class Setup:
         )
         worker = RolloutWorker(model, self.tokenizer, spec, sandbox=self.sandbox)
         demos = self.demos() if rft.keep_demos else []
-        with self.exp.arm_logger(f"rft-seed{seed}") as logger:
-            stats = expert_iteration(model, self.tokenizer, tasks, demos, ei, worker=worker, logger=logger)
+        with self.exp.arm_logger(f"rft-seed{seed}", resume=True) as logger:
+            stats = expert_iteration(
+                model,
+                self.tokenizer,
+                tasks,
+                demos,
+                ei,
+                worker,
+                logger,
+                self.exp.arm_dir(f"rft-seed{seed}") / "rounds",
+            )
         return {
             **self.evaluate(model),
             "training_episodes": rft.rounds * rft.samples_per_task * len(tasks),

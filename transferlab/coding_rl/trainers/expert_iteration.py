@@ -12,14 +12,23 @@ Each round::
 Successes are *validated* before they join: single-step completions are graded by the sandbox
 verifier on hidden tests, agent episodes count only when their ``submit`` passed the verifier, and
 the trajectory itself is re-checked (:meth:`~transferlab.platform.trajectory.Trajectory.validate`).
+
+With a ``checkpoint`` directory every finished round is saved (the trained tensors, the kept episodes,
+the rounds' stats); a later call with the same arguments continues after the last saved round and ends
+with the model an uninterrupted run would have (each round's sampling and SFT seeds depend only on the
+config's seed and the round).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import Field
 
 from transferlab.coding_rl.policies.generation import SamplingConfig
@@ -32,8 +41,9 @@ from transferlab.coding_rl.trainers.rollout_worker import (
     episode_success,
 )
 from transferlab.platform.config import BaseConfig
-from transferlab.platform.metrics import MetricsLogger
-from transferlab.platform.trajectory import Trajectory
+from transferlab.platform.io import atomic_write_bytes
+from transferlab.platform.metrics import MetricsLogger, drop_logged_after
+from transferlab.platform.trajectory import Trajectory, read_trajectories, write_trajectories
 
 
 class ExpertIterationConfig(BaseConfig):
@@ -90,9 +100,12 @@ def expert_iteration(
     config: ExpertIterationConfig,
     worker: RolloutWorker | None = None,
     logger: MetricsLogger | None = None,
+    checkpoint: Path | None = None,
 ) -> list[RoundStats]:
     """Run the rounds in place on ``model``, on its device and in its dtype; ``demos`` seed the data
-    (may be empty)."""
+    (may be empty). With ``checkpoint`` (a directory), resume after its last saved round and save
+    each round that finishes; ``logger`` should then keep an interrupted attempt's rows (its rows
+    after the saved rounds are dropped)."""
     if not tasks:
         raise ValueError("expert iteration needs training tasks")
     from transferlab.coding_rl.policies.devices import model_device
@@ -100,11 +113,12 @@ def expert_iteration(
     owns = worker is None
     spec = WorkerSpec(policy_dir="", max_steps=config.max_steps, threads=0, device=str(model_device(model)))
     worker = worker or RolloutWorker(model, tokenizer, spec)  # samples with the model, where it is
-    data = list(demos)
+    kept, stats = _load_rounds(checkpoint, model) if checkpoint is not None else ([], [])
+    drop_logged_after(logger, len(stats) - 1)  # the rounds after the saved ones are done again
+    data = list(demos) + kept
     seen = {_key(t) for t in data}
-    stats = []
     try:
-        for r in range(config.rounds):
+        for r in range(len(stats), config.rounds):
             flat = [t for t in tasks for _ in range(config.samples_per_task)]
             sampling = SamplingConfig(
                 temperature=config.temperature,
@@ -122,6 +136,7 @@ def expert_iteration(
             new = [t for t in verified_successes(trajs) if _key(t) not in seen]
             seen.update(_key(t) for t in new)
             data.extend(new)
+            kept.extend(new)
             losses = (
                 train_sft(model, tokenizer, data, config.sft.model_copy(update={"seed": config.seed + r}))
                 if data
@@ -145,7 +160,39 @@ def expert_iteration(
                         "expert_iteration/sft_loss": stat.sft_loss,
                     },
                 )
+            if checkpoint is not None:
+                _save_round(checkpoint, model, kept, stats)
     finally:
         if owns:
             worker.close()
     return stats
+
+
+def _save_round(directory: Path, model: Any, kept: Sequence[Trajectory], stats: Sequence[RoundStats]) -> None:
+    """Save the finished rounds: the kept episodes first, then ``rounds.pt`` (which marks them done)."""
+    from transferlab.coding_rl.policies.adapters import trainable_state
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_trajectories(directory / "kept.parquet", kept)
+    state = {
+        "model": trainable_state(model),
+        "stats": [dataclasses.astuple(s) for s in stats],
+        "kept": len(kept),
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(directory / "rounds.pt", buffer.getvalue())
+
+
+def _load_rounds(directory: Path, model: Any) -> tuple[list[Trajectory], list[RoundStats]]:
+    """The kept episodes and stats of the rounds saved in ``directory`` (none if it holds no
+    ``rounds.pt``), loading the model's trained tensors after the last of them."""
+    from transferlab.coding_rl.policies.adapters import load_trainable_state
+
+    path = directory / "rounds.pt"
+    if not path.exists():
+        return [], []
+    state = torch.load(path, weights_only=True, map_location="cpu")
+    kept = read_trajectories(directory / "kept.parquet")[: int(state["kept"])]
+    load_trainable_state(model, state["model"])
+    return kept, [RoundStats(int(r), float(a), int(n), int(d), float(x)) for r, a, n, d, x in state["stats"]]
