@@ -5,6 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.install-stamp
 PYTEST_ARGS ?=
+# The suite runs on every core (at most 4 test processes), each test file in one process so its module
+# fixtures are built once; `make test XDIST=` runs it in this process instead (pdb, -x, profiling).
+XDIST ?= -n auto --maxprocesses=4 --dist loadfile
 
 .PHONY: install demo test test-fast lint docs bench gpu-check clean
 
@@ -20,10 +23,10 @@ demo: install
 	$(VENV)/bin/transferlab demo
 
 test: install
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install
-	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check transferlab tests benchmarks scripts

@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one test process per core: a numeric library's own thread pool in each would ask
+    # for every core again and the processes would wait on each other (set before numpy or torch loads)
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
 #: The real datasets for tests and benchmarks (see ../shared/data/README.md); never needed at run time.
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

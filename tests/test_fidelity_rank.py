@@ -30,6 +30,7 @@ def tau(text: str, label: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # minutes of simulation, and `make test` runs it beside other test processes
 def test_the_probe_reproduces_the_fidelity_command_before_and_after_calibration(tmp_path: Path) -> None:
     logs = generate_logs(LogSpec(days=60, world=WorldConfig(n_customers=200, seed=5)))
     write_logs(logs, tmp_path / "logs")

@@ -178,6 +178,7 @@ def test_calibrating_the_level_fixes_a_simulator_that_sells_too_much(sim: Learne
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # minutes of simulation, and `make test` runs it beside other test processes
 def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator, tmp_path: Path) -> None:
     from transferlab.simulator.train import CampaignPolicy
 
@@ -270,6 +271,7 @@ def test_offer_shrinkage_needs_campaign_calibration_and_a_method_must_be_known(t
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # minutes of simulation, and `make test` runs it beside other test processes
 @pytest.mark.parametrize(("world_seed", "fits"), [(11, 1), (12, 2)])
 def test_the_protocol_runs_on_two_world_seeds_and_the_fit_lowers_its_cost(
     world_seed: int, fits: int, tmp_path: Path
