@@ -5,10 +5,12 @@
                                          [--model PATH]
     transferlab ops train                [--preset cpu|smoke] [--seed N] [--init-from DIR] [--run-dir DIR]
                                          [--runs-root DIR]
+    transferlab ops probes               [--split validation|test|train] [--tasks N] [--json] [--out DIR]
     transferlab ops experiment transfer  [--preset cpu|smoke] [--config F] [--runs-root DIR]
                                          [--report-dir DIR] [--resume RUN_DIR] [--model PATH]
                                          [--only-seeds 0,2]
 
+``probes``: the rubric attacked by agents that skip the analysis (:mod:`transferlab.simulator.ops.probes`).
 ``train``: ops SFT + multi-turn GRPO alone, one seed, as a run (:mod:`transferlab.comparison.ops_training`).
 ``learn``: SFT vs SFT + multi-turn GRPO and SFT + rejection-sampling fine-tuning on held-out
 OpsAnalysis-v0 scenarios (:mod:`transferlab.comparison.ops_learn`; ``arms`` in a config picks them).
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -108,6 +110,99 @@ def train(
             f"held-out success {p['success']:.2f}, rubric {p['rubric']:.2f}"
         )
     typer.echo(f"{res.seconds:.0f} s; run directory {directory}")
+
+
+class ProbeSplit(StrEnum):
+    train = "train"
+    validation = "validation"
+    test = "test"
+
+
+@app.command("probes")
+def probes(
+    split: Annotated[
+        ProbeSplit, typer.Option("--split", help="The scenarios attacked: train, validation or test.")
+    ] = ProbeSplit.validation,
+    tasks: Annotated[int, typer.Option("--tasks", min=1, help="Scenarios of the split (the first N).")] = 60,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the rows as JSON instead of a table.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Also write result.json and README.md into this new (or empty) directory.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Attack the ops rubric: agents that try to pass without the analysis, and honest controls.
+
+    Exit 0 when every degenerate probe passes at most 5% of the scenarios and every honest one at
+    least 95%; 1 when one does not (the table says which). Scenarios take about a second each to build
+    the first time.
+    """
+    import json
+    import shlex
+    import sys
+    import time
+
+    from transferlab.platform.cli_kit import EXIT_FAILED, echo_progress
+    from transferlab.platform.io import atomic_directory, atomic_write_json, atomic_write_text
+    from transferlab.platform.provenance import provenance
+    from transferlab.simulator.ops.probes import LIMITS, probe_table, run_probes
+
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        fail(f"--out {out} already exists and is not empty: choose a new directory or remove it")
+    t0 = time.perf_counter()
+    say = echo_progress if sys.stderr.isatty() else None
+    results = run_probes(split.value, tasks, progress=say)
+    table = probe_table(results)
+    rows = [r.row() for r in results]
+    ok = all(r.held is not False for r in results)
+    typer.echo(json.dumps(rows, indent=2) if as_json else table)
+    if out is not None:
+        args = ["ops", "probes", "--split", split.value, "--tasks", str(tasks), "--out", str(out)]
+        command = "transferlab " + shlex.join(args)
+        result: dict[str, Any] = {
+            "experiment": "ops-probes",
+            "scored_split": split.value,
+            "tasks": tasks,
+            "limits": {k: {"op": op, "rate": v} for k, (op, v) in LIMITS.items()},
+            "held": ok,
+            "probes": rows,
+            "provenance": provenance(command, time.perf_counter() - t0),
+        }
+        with atomic_directory(out) as tmp:
+            atomic_write_json(tmp / "result.json", result)
+            atomic_write_text(tmp / "README.md", _probes_readme(result, table))
+        typer.echo(f"wrote {out}/result.json and README.md")
+    if not ok:
+        failed = ", ".join(r.name for r in results if r.held is False)
+        typer.echo(f"not held on {split.value}: {failed}", err=True)
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _probes_readme(result: dict[str, Any], table: str) -> str:
+    prov = result["provenance"]
+    verdict = "holds" if result["held"] else "does NOT hold"
+    return "\n".join(
+        [
+            f"# Probes of the ops rubric ({result['scored_split']} split, {result['tasks']} scenarios)",
+            "",
+            "Scripted agents that try to pass OpsAnalysis-v0 without the analysis, and honest controls "
+            "(`transferlab.simulator.ops.probes`). Limits: a degenerate probe passes at most 5% of the "
+            "scenarios, an honest one at least 95%; a *chance* probe (one cause always, after the "
+            "expert's queries) passes exactly on its cause's family, the floor of any per-report grader "
+            f"that checks the cause. The suite {verdict}.",
+            "",
+            table,
+            "",
+            f"Made by `{prov['command']}` at commit `{prov['git_commit']}` (dirty: {prov['git_dirty']}) "
+            f"in {prov['wall_s']} s; written from result.json.",
+            "",
+        ]
+    )
 
 
 @experiment_app.command("learn")

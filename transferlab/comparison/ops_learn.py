@@ -76,6 +76,7 @@ from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_training import (
     OPS_ENV_FACTORY,
     SUCCESS_SCORE,
+    EvalSplit,
     OpsEval,
     evaluate_ops,
     make_ops_sft_data,
@@ -86,7 +87,8 @@ from transferlab.platform.harness import Experiment
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Cluster, Comparison, Result
-from transferlab.simulator.ops.grader import rubric_score
+from transferlab.platform.trajectory import Trajectory
+from transferlab.simulator.ops.grader import Retrieved, rubric_score
 from transferlab.simulator.ops.scenarios import OpsTask
 
 EXPERIMENT = "ops-learn"
@@ -144,7 +146,12 @@ class OpsLearnConfig(ModelChoice):
         description="The expert's demonstrated reports name the drop and each cause with its numbers and "
         "rule nothing out (about 200 characters instead of 400; the same rubric score).",
     )
-    held_out_tasks: int = Field(default=60, ge=1, description="Held-out scenarios (the held-out split).")
+    held_out_tasks: int = Field(default=60, ge=1, description="Scenarios scored, from eval_split.")
+    eval_split: EvalSplit = Field(
+        default="validation",
+        description="The split scored: 'validation' for pilots and tuning, 'test' only for a committed "
+        "result (the result records both).",
+    )
     vocab_size: int = Field(default=768, ge=300, description="Tiny policy: the shared coding + ops BPE size.")
     policy: TinyPolicyConfig = Field(
         default_factory=lambda: TinyPolicyConfig(n_layer=2, d_model=128, n_head=4, max_positions=1536),
@@ -261,13 +268,18 @@ def report_diagnosis(tasks: Sequence[OpsTask], ev: OpsEval) -> dict[str, Any]:
             or not traj.steps[-1].info.get("tool_ok")
         ):
             continue
-        score = rubric_score(task, str(call.get("text", "")))
+        score = rubric_score(task, str(call.get("text", "")), retrieved_of(traj))
         out["reported"] += 1
         out["cause_named"] += bool(score.named)
         out["false_blame"] += bool(score.blamed_absent)
         out["evidence_half"] += score.components["evidence_cited"] >= 2.0
         out["success"] += score.total >= SUCCESS_SCORE
     return out
+
+
+def retrieved_of(traj: Trajectory) -> Retrieved:
+    """What an episode retrieved: its prompt and every observation before the last (the report's)."""
+    return Retrieved.from_texts([traj.steps[0].prompt_text, *(s.observation_text for s in traj.steps[:-1])])
 
 
 def per_task(values: Sequence[float], n: int) -> list[float]:
@@ -293,7 +305,7 @@ class Setup:
 
     def __init__(self, exp: Experiment, config: OpsLearnConfig, start: StartModel | None) -> None:
         self.exp, self.config, self.start = exp, config, start
-        self.train, self.held = ops_tasks(config.train_tasks, config.held_out_tasks)
+        self.train, self.held = ops_tasks(config.train_tasks, config.held_out_tasks, config.eval_split)
         self.practice = self.train[config.sft_tasks :]
         if start is not None:
             self.tokenizer = start.tokenizer
@@ -597,6 +609,8 @@ def build_result(config: OpsLearnConfig, results: Results, command: str, n_train
         settings=settings,
         arms=arms,
         comparisons=comparisons,
+        scored_split=config.eval_split,
+        tuned_on="validation",
     )
 
 

@@ -91,12 +91,21 @@ def _ops_rl() -> RLConfig:
     )
 
 
+EvalSplit = Literal["validation", "test"]
+"""The split an experiment scores: validation for pilots and tuning, test for a committed result."""
+
+
 class OpsTrainingConfig(BaseConfig):
     """SFT + multi-turn GRPO on OpsAnalysis-v0 with the coding trainer (the CPU preset is the default)."""
 
     seed: int = Field(default=0, ge=0, description="Seeds the policy's init, SFT batches and RL samples.")
     train_tasks: int = Field(default=40, ge=1, description="Training scenarios (train split).")
-    held_out_tasks: int = Field(default=9, ge=1, description="Held-out scenarios (held-out split).")
+    held_out_tasks: int = Field(default=9, ge=1, description="Scenarios scored, from eval_split.")
+    eval_split: EvalSplit = Field(
+        default="validation",
+        description="The split scored: 'validation' for pilots and tuning, 'test' only for a committed "
+        "result.",
+    )
     sft_tasks: int = Field(
         default=40, ge=1, description="Training scenarios with an expert demonstration (SFT examples)."
     )
@@ -180,10 +189,15 @@ def make_ops_env(tasks: Sequence[OpsTask], rewards: str = "dense", max_steps: in
     return OpsAnalysisEnv(n_tasks=1, reward_mode=rewards, max_steps=max_steps)
 
 
-def ops_tasks(n_train: int, n_held_out: int) -> tuple[list[OpsTask], list[OpsTask]]:
-    """The first ``n_train`` training and ``n_held_out`` held-out scenarios (about a second each)."""
+def ops_tasks(
+    n_train: int, n_held_out: int, eval_split: str = "validation"
+) -> tuple[list[OpsTask], list[OpsTask]]:
+    """The first ``n_train`` training scenarios and the first ``n_held_out`` of ``eval_split``
+    (validation or test; about a second each to build)."""
+    if eval_split == "train":
+        raise ValueError("eval_split must be 'validation' or 'test': training scenarios are not held out")
     train = [scenario(s).task for s in task_seeds("train", n_train)]
-    held = [scenario(s).task for s in task_seeds("held_out", n_held_out)]
+    held = [scenario(s).task for s in task_seeds(eval_split, n_held_out)]
     return train, held
 
 
@@ -428,7 +442,7 @@ def train_ops(
     base: MetricsLogger = logger if logger is not None else ParquetLogger(run_dir / "metrics.parquet")
     log = PrefixLogger(base, "ops/")
     torch.manual_seed(config.seed)
-    train, held = ops_tasks(config.train_tasks, config.held_out_tasks)
+    train, held = ops_tasks(config.train_tasks, config.held_out_tasks, config.eval_split)
     model, tokenizer = _initial(config, train, Path(init_from) if init_from is not None else None)
     rl = config.rl.model_copy(update={"seed": config.seed})
 

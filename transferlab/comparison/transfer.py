@@ -146,6 +146,7 @@ def _transfer_ops() -> OpsTrainingConfig:
         train_tasks=recipe.train_tasks,
         sft_tasks=recipe.sft_tasks,
         held_out_tasks=recipe.held_out_tasks,
+        eval_split=recipe.eval_split,
         compact_reports=recipe.compact_reports,
         practice="undemonstrated",
         policy=recipe.policy,

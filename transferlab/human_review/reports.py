@@ -93,7 +93,7 @@ def queue_ops_reports(
     service: ReviewService,
     actor: User,
     n_tasks: int = 6,
-    split: str = "held_out",
+    split: str = "validation",
     seed: int = 0,
     agents: Sequence[str] = ("expert", "random"),
 ) -> list[int]:

@@ -21,9 +21,16 @@ from transferlab.simulator.ops.env import (
     run_episode,
 )
 from transferlab.simulator.ops.grader import DENSE_OPS_REWARDS, SPARSE_OPS_REWARDS
-from transferlab.simulator.ops.scenarios import FAMILIES, ScenarioConfig, scenario, seed_of, task_seeds
+from transferlab.simulator.ops.scenarios import (
+    FAMILIES,
+    ScenarioConfig,
+    family_of,
+    scenario,
+    seed_of,
+    task_seeds,
+)
 
-HELD_OUT = task_seeds("held_out", 2 * len(FAMILIES))  # two tasks of every family
+HELD_OUT = task_seeds("validation", 2 * len(FAMILIES))  # two tasks of every family
 
 
 def test_check_env_on_the_registered_id() -> None:
@@ -38,7 +45,7 @@ def test_the_env_and_its_tasks_implement_the_agent_env_contract() -> None:
     assert isinstance(env, ToolEnv) and env.domain == "ecommerce"
     check_env(env, skip_render_check=True)
     task = scenario(seed_of("ops-0001")).task
-    assert isinstance(task, Task) and task.domain == "ecommerce" and task.split == "held_out"
+    assert isinstance(task, Task) and task.domain == "ecommerce" and task.split == "validation"
     provenance = {"source": "scenario", "family": "competitor_price_cut", "seed": 1}
     assert task.provenance == {**provenance, "world_seed": task.world_seed}
     by_task, info = env.reset(seed=0, options={"task": task})
@@ -90,7 +97,7 @@ def test_expert_scores_high_and_naive_low_on_held_out_tasks_of_every_family() ->
         task_id = f"ops-{seed:04d}"
         expert = run_episode(env, ExpertAgent(), options={"task_id": task_id})
         seen.add(env.task.family)
-        assert env.task.split == "held_out"
+        assert env.task.split == "validation"
         assert expert["info"]["report_score"] == 10.0, expert["actions"][-1]  # rubric >= 8 asked
         naive = run_episode(env, NaiveAgent(), options={"task_id": task_id})
         assert naive["info"]["report_score"] < 3.0
@@ -112,19 +119,20 @@ def test_compact_expert_reports_score_the_same_in_under_two_thirds_the_text() ->
         assert "not the cause" not in short and "No campaign" not in short
 
 
-def test_held_out_split_option_draws_held_out_tasks() -> None:
+def test_split_option_draws_tasks_of_that_split() -> None:
     env = OpsAnalysisEnv(n_tasks=2)
-    _, info = env.reset(seed=3, options={"split": "held_out"})
-    assert info["split"] == "held_out"
-    with pytest.raises(ValueError, match="split"):
-        env.reset(options={"split": "test"})
+    for split in ("train", "validation", "test"):
+        _, info = env.reset(seed=3, options={"split": split})
+        assert info["split"] == split
+    with pytest.raises(ValueError, match="unknown split 'held_out'; choose one of train, validation, test"):
+        env.reset(options={"split": "held_out"})
 
 
 def _short_trajectory(mode: str) -> list[tuple[float, dict[str, float], bool]]:
     env = OpsAnalysisEnv(n_tasks=2, reward_mode=mode)
     env.reset(options={"task_id": "ops-0001"})  # competitor_price_cut
     cat = env.task.category
-    agent = ExpertAgent()
+    agent = ExpertAgent(compact=True)  # the full report would rule causes out with numbers never queried here
     agent.reset(cat)
     actions = [
         call("query_sales_data", category=cat, time="近30天"),
@@ -217,7 +225,10 @@ def test_a_built_scenario_is_loaded_from_the_disk_cache_not_built_again(
     scenarios._cached.cache_clear()
 
 
-def test_train_and_held_out_are_disjoint() -> None:
-    train, held = set(task_seeds("train", 60)), set(task_seeds("held_out", 15))
-    assert not train & held
-    assert {scenario(s).task.split for s in sorted(held)[:3]} == {"held_out"}
+def test_train_validation_and_test_are_disjoint_and_balanced() -> None:
+    train, val, test = (set(task_seeds(s, 60)) for s in ("train", "validation", "test"))
+    assert not train & val and not train & test and not val & test
+    for split, seeds in (("validation", val), ("test", test)):
+        assert {scenario(s).task.split for s in sorted(seeds)[:2]} == {split}
+        families = [family_of(s) for s in sorted(seeds)]
+        assert all(families.count(f) == 12 for f in FAMILIES)  # 60 = 12 of each family

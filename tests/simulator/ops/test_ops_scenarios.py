@@ -104,5 +104,5 @@ def test_new_families_grade_the_expert_ten_and_keyword_stuffing_zero(seed: int) 
     numbers = " ".join(f"{e.name} {e.values[0]}" for e in env.task.evidence)
     assert rubric_score(env.task, stuffed + " " + numbers).total == 0.0
     cause = "shipping delays" if env.task.family == "shipping_delays" else "seasonality"
-    bare = rubric_score(env.task, f"The drop is {cause}.")
+    bare = rubric_score(env.task, f"The drop is due to {cause}.")
     assert bare.total == 6.0  # named, no numbers

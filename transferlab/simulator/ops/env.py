@@ -20,15 +20,18 @@ from transferlab.simulator.ops.data_platform import (
 )
 from transferlab.simulator.ops.grader import (
     OPS_EVENTS,
+    Retrieved,
     checked_before_report,
     named_causes,
     ops_reward_table,
     rubric_score,
 )
 from transferlab.simulator.ops.scenarios import (
+    SPLITS,
     OpsTask,
     Scenario,
     ScenarioConfig,
+    check_split,
     scenario,
     seed_of,
     task_seeds,
@@ -37,12 +40,13 @@ from transferlab.simulator.ops.scenarios import (
 if TYPE_CHECKING:
     from transferlab.platform.trajectory import Domain
 
-ReportScorer = Callable[[OpsTask, str], float]
+ReportScorer = Callable[[OpsTask, str, Retrieved], float]
+"""Grades a report 0-10: the task, the report's text and what its episode retrieved."""
 
 
-def rubric_scorer(task: OpsTask, report: str) -> float:
+def rubric_scorer(task: OpsTask, report: str, retrieved: Retrieved) -> float:
     """The default report scorer: the rubric's 0-10 total."""
-    return rubric_score(task, report).total
+    return rubric_score(task, report, retrieved).total
 
 
 class OpsAnalysisEnv(gym.Env[str, str]):
@@ -53,7 +57,8 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     failed campaign, shipping delays, seasonality; :mod:`transferlab.simulator.ops.scenarios`). The
     agent queries the platform (:mod:`transferlab.simulator.ops.data_platform`) and ends with
     ``generate_report``, graded by the rubric (:func:`~transferlab.simulator.ops.grader.rubric_score`)
-    or by a given ``report_scorer`` (e.g. human expert ratings).
+    against what the episode's own tool calls returned, or by a given ``report_scorer`` (e.g. human
+    expert ratings).
 
     ## Action Space
     ``Text(max_length=32768)``: one JSON tool call in the coding environment's form, e.g.
@@ -74,8 +79,9 @@ class OpsAnalysisEnv(gym.Env[str, str]):
     (:func:`~transferlab.platform.agent_env.cut_penalty` with this env's ``rewards``), ``task_failed``.
 
     ## Starting State
-    A task drawn with ``self.np_random`` from the split's tasks (``options={"split": "held_out"}`` for
-    the held-out ones), ``options={"task_id": "ops-0007"}``, or ``options={"task": task}`` with an
+    A task drawn with ``self.np_random`` from the split's tasks (``options={"split": "validation"}``;
+    the splits are train, validation and test), ``options={"task_id": "ops-0007"}``, or
+    ``options={"task": task}`` with an
     :class:`~transferlab.simulator.ops.scenarios.OpsTask` (rebuilt from its seed, so it must be a task
     of this env's ``scenario_config``).
 
@@ -109,7 +115,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if n_tasks < 1:
             raise ValueError(f"n_tasks must be >= 1, got {n_tasks}")
-        self.seeds = {split: task_seeds(split, n_tasks) for split in ("train", "held_out")}
+        self.seeds = {split: task_seeds(split, n_tasks) for split in SPLITS}
         self.rewards = ops_reward_table(reward_mode) if isinstance(reward_mode, str) else reward_mode
         self.rewards.require(OPS_EVENTS, "OpsAnalysis-v0")
         self.max_steps = max_steps
@@ -135,6 +141,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
         self.queried: set[str] = set()
         self.done = False
         obs = to_charset(self._intro())
+        self.returned: list[str] = [obs]  # the introduction and every tool result: what a report may cite
         self._last_obs = obs
         return obs, {"task_id": self.task.task_id, "split": self.task.split, "max_steps": self.max_steps}
 
@@ -153,6 +160,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
                 text, terminated = self._report(call.args["text"], events, info), True
             else:
                 text = self.platform.call(call)
+                self.returned.append(text)
                 if call.key() in self.seen:
                     events["redundant_query"] = 1
                 else:
@@ -193,10 +201,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
             return self._scenario_of(options["task"])
         if "task_id" in options:
             return scenario(seed_of(str(options["task_id"])), self.scenario_config)
-        split = options.get("split", "train")
-        if split not in self.seeds:
-            raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
-        seeds = self.seeds[split]
+        seeds = self.seeds[check_split(options.get("split", "train"))]
         return scenario(seeds[int(self.np_random.integers(len(seeds)))], self.scenario_config)
 
     def _scenario_of(self, task: Any) -> Scenario:
@@ -215,7 +220,7 @@ class OpsAnalysisEnv(gym.Env[str, str]):
             events["report_without_query"] = 1
         if checked_before_report(named_causes(text), self.queried, EVIDENCE_SOURCE):
             events["check_before_report"] = 1
-        score = float(self.report_scorer(self.task, text))
+        score = float(self.report_scorer(self.task, text, Retrieved.from_texts(self.returned)))
         events["report_score"] = score
         info["report_score"] = score
         info["success"] = score >= 8.0

@@ -1,20 +1,27 @@
 """Rewards of the ops analysis environment, as plain functions: the rubric, the dense table, humans.
 
-Report rubric (0-10), :func:`rubric_score`:
+Report rubric (0-10), :func:`rubric_score`. A report is graded against what its own episode retrieved
+(:class:`Retrieved`: the numbers the tool calls returned), so evidence is credited only for work done:
 
-=================  ======================================================================
-component          points
-=================  ======================================================================
-causes_named       5 x share of the true causes the report names (synonyms, EN/ZH)
-evidence_cited     4 x share of the task's supporting numbers cited within tolerance
-                   (a cause's numbers count only when that cause is named)
-no_false_blame     +1 when no absent cause is blamed
-false_blame        -3 per absent cause blamed (a clause that names a cause and negates it,
-                   "no stock-out", rules it out instead of blaming it)
-=================  ======================================================================
+=====================  ==================================================================================
+component              points
+=====================  ==================================================================================
+causes_named           5 x share of the true causes the report *asserts* (a sentence with a causal cue,
+                       "cause", "because", "due to", "导致" ...; synonyms EN/ZH)
+evidence_cited         4 x share of the task's supporting numbers cited: within rounding of the true
+                       value, returned by a tool call earlier in the episode, and in a sentence that
+                       names the metric it measures (a cause's numbers count only when it is named)
+no_false_blame         +1 when no absent cause is asserted
+false_blame            -3 per absent cause asserted ("no stock-out", "campaigns: nothing unusual" rule
+                       a cause out; a mention without a causal cue is neither)
+unsupported_numbers    -1 per number in the report that no tool call returned (the precision term:
+                       a spray of numbers loses)
+=====================  ==================================================================================
 
-The total is clipped to [0, 10]. Keyword stuffing (every cause listed) loses 3 points per absent
-cause; the right cause without numbers scores 6, with them 10.
+The total is clipped to [0, 10]; a success is 8 or more. Keyword stuffing loses 3 points per absent
+cause; the right cause without numbers scores 6; the expert's report sent without its queries scores
+0 (its numbers were never retrieved). The probe suite (:mod:`transferlab.simulator.ops.probes`) keeps
+these properties as measured rates on every split.
 
 Dense step table (:data:`DENSE_OPS_REWARDS`, a :class:`~transferlab.platform.agent_env.RewardTable`),
 the analogue of the coding agent's dense reward table (:data:`transferlab.coding_rl.rewards.DENSE_REWARDS`):
@@ -54,7 +61,7 @@ through :func:`human_report_reward`; :func:`rubric_human_agreement` says how far
 
 >>> from transferlab.simulator.ops.scenarios import scenario
 >>> task = scenario(1).task
->>> rubric_score(task, "Every cause: stock-out, competitor price cut, failed campaign, seasonality.").total
+>>> rubric_score(task, "Causes: stock-out, competitor price cut, failed campaign, seasonality.").total
 0.0
 """
 
@@ -62,7 +69,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,11 +99,67 @@ CAUSE_SYNONYMS: dict[str, tuple[str, ...]] = {
     "seasonality": (r"seasonal", r"seasonality", r"季节"),
 }  # fmt: skip
 NEGATIONS = re.compile(
-    r"\b(?:no|not|none|never|without|ruled out|rule out|normal|unchanged|stable|fine)\b"
+    r"\b(?:no|not|none|nothing|never|neither|nor|without|ruled out|rule out|normal|unchanged|stable|"
+    r"steady|flat|fine)\b|n't\b"
     r"|排除|没有|无|正常|并非|不是"
 )
-CLAUSE_SPLIT = re.compile(r"[.;!?\n。；！？]|(?<!\d),|,(?!\d)|，|\bbut\b|\bwhile\b")
+"""A clause with one of these rules the causes it names out ("no stock-out", "campaigns: nothing
+unusual", "competitor prices stayed stable")."""
+ASSERTIONS = re.compile(
+    r"\bcause[sd]?\b|\bbecause\b|\bdue to\b|\bdriven\b|\bdrivers?\b|\bexplains?\b|\bexplained\b"
+    r"|\bblame|\bled to\b|\bresult(?:ed|s)? (?:of|from)\b|\breasons?\b|\bresponsible\b|\bbehind\b"
+    r"|原因|导致|由于|因为|造成|归因"
+)
+"""A sentence with one of these asserts the causes its (not negated) clauses name."""
+CLAUSE_SPLIT = re.compile(r"[;!?\n。；！？:：]|(?<!\d)[.,]|[.,](?!\d)|，|\bbut\b|\bwhile\b")
+SENTENCE_SPLIT = re.compile(r"[;!?\n。；！？]|(?<!\d)\.|\.(?!\d)")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+METRIC_WORDS: dict[str, re.Pattern[str]] = {
+    name: re.compile(pattern)
+    for name, pattern in {
+        "orders_change_pct": r"order|sales|gmv|revenue|销量|订单|销售",
+        "stock_out_days": r"stock|inventory|库存|缺货|断货",
+        "late_deliveries": r"late|delay|迟|延",
+        "delivery_complaints": r"complain|投诉",
+        "competitor_index": r"index|competitor|rival|price|指数|竞",
+        "competitor_change_pct": r"index|competitor|rival|price|指数|竞",
+        "last_year_orders_change_pct": r"last year|year ago|a year|去年|同比",
+        "last_year_orders": r"last year|year ago|a year|去年|同比",
+        "campaign_discount_pct": r"discount|off\b|折",
+        "campaign_margin": r"margin|loss|lost|profit|利润|亏",
+    }.items()
+}
+"""The words that say which metric a cited number measures (an evidence counts only when one of its
+metric's words stands in the same sentence as the number)."""
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """The numbers an episode's tool calls returned (and the question's), which a report may cite."""
+
+    numbers: tuple[float, ...]
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> Retrieved:
+        """From the observations of an episode: the task's introduction and every tool result; tool
+        errors (which echo the caller's own arguments) and the report's receipt count for nothing."""
+        found: list[float] = []
+        for text in texts:
+            if text.startswith(("tool error", "report received")):
+                continue
+            found += report_numbers(text)
+        return cls(tuple(sorted(set(found))))
+
+    def supports(self, cited: str) -> bool:
+        """True when a retrieved number rounds to ``cited`` at the precision it is written with."""
+        value = float(cited)
+        decimals = len(cited.split(".")[1]) if "." in cited else 0
+        half = 0.5 * 10.0**-decimals + 1e-9
+        return any(abs(abs(value) - abs(r)) <= half for r in self.numbers)
+
+
+NOTHING_RETRIEVED = Retrieved(())
+"""What a report written without any tool call may cite."""
 
 
 @dataclass(frozen=True)
@@ -106,46 +169,76 @@ class RubricScore:
     components: dict[str, float]
     named: tuple[str, ...]
     blamed_absent: tuple[str, ...]
+    unsupported: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:
         return float(min(10.0, max(0.0, round(sum(self.components.values()), 6))))
 
 
+def sentences(text: str) -> list[str]:
+    """The text's sentences, lower-cased (a decimal point does not end one)."""
+    return [s.strip() for s in SENTENCE_SPLIT.split(text.lower()) if s.strip()]
+
+
 def mentions(text: str) -> dict[str, str]:
-    """Each cause the text mentions: ``"blamed"`` (some clause asserts it) or ``"ruled_out"``."""
+    """Each cause the text mentions: ``"blamed"`` (a sentence with a causal cue names it in a clause
+    that does not negate it), ``"ruled_out"`` (a negating clause names it, or a sentence without a
+    causal cue holds a negation) or ``"mentioned"``; blamed anywhere wins."""
     out: dict[str, str] = {}
-    for clause in CLAUSE_SPLIT.split(text.lower()):
-        negated = NEGATIONS.search(clause) is not None
-        for cause, patterns in CAUSE_SYNONYMS.items():
-            if any(re.search(p, clause) for p in patterns):
-                if not negated:
-                    out[cause] = "blamed"
-                else:
-                    out.setdefault(cause, "ruled_out")
+    rank = {"mentioned": 0, "ruled_out": 1, "blamed": 2}
+    for sentence in sentences(text):
+        asserted = ASSERTIONS.search(sentence) is not None
+        # a sentence that asserts a cause negates clause by clause ("cause: X, not Y"); one that asserts
+        # nothing is a check, ruled out by a negation anywhere in it ("looked at Y: nothing unusual")
+        whole = not asserted and NEGATIONS.search(sentence) is not None
+        for clause in CLAUSE_SPLIT.split(sentence):
+            negated = whole or NEGATIONS.search(clause) is not None
+            for cause, patterns in CAUSE_SYNONYMS.items():
+                if any(re.search(p, clause) for p in patterns):
+                    said = "ruled_out" if negated else "blamed" if asserted else "mentioned"
+                    if cause not in out or rank[said] > rank[out[cause]]:
+                        out[cause] = said
     return out
 
 
 def report_numbers(text: str) -> list[float]:
     """Every number in the text (thousands separators removed)."""
-    return [float(n) for n in NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3})", "", text))]
+    return [float(n) for n in _number_strings(text)]
 
 
-def rubric_score(task: OpsTask, report: str) -> RubricScore:
-    """Score a report 0-10 against the task's true causes and supporting numbers (see the table)."""
+def _number_strings(text: str) -> list[str]:
+    return NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3})", "", text))
+
+
+def cited(task: OpsTask, report: str, retrieved: Retrieved, named: Sequence[str]) -> int:
+    """How many of the task's evidence numbers the report cites (see the rubric's table)."""
+    usable = [e for e in task.evidence if e.cause == "sales" or e.cause in named]
+    said = [(s, [n for n in _number_strings(s) if retrieved.supports(n)]) for s in sentences(report)]
+    return sum(
+        any(METRIC_WORDS[e.name].search(s) and any(e.matches(float(n)) for n in ns) for s, ns in said)
+        for e in usable
+    )
+
+
+def rubric_score(task: OpsTask, report: str, retrieved: Retrieved = NOTHING_RETRIEVED) -> RubricScore:
+    """Score a report 0-10 against the task's true causes and supporting numbers (see the table).
+
+    ``retrieved`` is what the report's episode retrieved (:meth:`Retrieved.from_texts` of its
+    observations); a report graded without it cites nothing and every number it holds is unsupported.
+    """
     said = mentions(report)
     named = tuple(c for c in task.causes if said.get(c) == "blamed")
     blamed_absent = tuple(c for c in task.absent if said.get(c) == "blamed")
-    numbers = report_numbers(report)
-    usable = [e for e in task.evidence if e.cause == "sales" or e.cause in named]
-    cited = sum(any(e.matches(n) for n in numbers) for e in usable)
+    unsupported = tuple(n for n in _number_strings(report) if not retrieved.supports(n))
     components = {
         "causes_named": 5.0 * len(named) / max(len(task.causes), 1),
-        "evidence_cited": 4.0 * cited / max(len(task.evidence), 1),
+        "evidence_cited": 4.0 * cited(task, report, retrieved, named) / max(len(task.evidence), 1),
         "no_false_blame": 0.0 if blamed_absent else 1.0,
         "false_blame": -3.0 * len(blamed_absent),
+        "unsupported_numbers": -1.0 * len(unsupported),
     }
-    return RubricScore(components, named, blamed_absent)
+    return RubricScore(components, named, blamed_absent, unsupported)
 
 
 OPS_EVENTS: dict[str, str] = {

@@ -79,7 +79,7 @@ def ops_throughput(
         return {w: timed_pool(_ops_job, episodes, w) for w in workers}
 
 
-def synonym_subset_grader(keep: int = 2) -> Callable[[Any, str], float]:
+def synonym_subset_grader(keep: int = 2) -> Callable[[Any, str, Any], float]:
     """A second report grader: the rubric with only the first ``keep`` synonyms of each cause."""
     from unittest import mock
 
@@ -87,16 +87,20 @@ def synonym_subset_grader(keep: int = 2) -> Callable[[Any, str], float]:
 
     reduced = {k: v[:keep] for k, v in grader.CAUSE_SYNONYMS.items()}
 
-    def score(task: Any, report: str) -> float:
+    def score(task: Any, report: str, retrieved: Any) -> float:
         with mock.patch.dict(grader.CAUSE_SYNONYMS, reduced):
-            return grader.rubric_score(task, report).total
+            return grader.rubric_score(task, report, retrieved).total
 
     return score
 
 
-def ops_reports(task_ids: Sequence[str], random_seeds: int) -> list[tuple[Any, str]]:
-    """Reports to grade: the expert's, the naive agent's and random agents' on each task."""
+def ops_reports(task_ids: Sequence[str], random_seeds: int) -> list[tuple[Any, str, Any]]:
+    """Reports to grade, each with what its episode retrieved: the expert's, the naive agent's and
+    random agents' on each task."""
+    import json
+
     from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, scenario, seed_of
+    from transferlab.simulator.ops.grader import Retrieved
 
     out = []
     for tid in task_ids:
@@ -106,19 +110,18 @@ def ops_reports(task_ids: Sequence[str], random_seeds: int) -> list[tuple[Any, s
             ep = ops_episode(tid, agent)
             last = ep["actions"][-1]
             if '"generate_report"' in last:
-                import json
-
-                out.append((task, str(json.loads(last)["text"])))
+                retrieved = Retrieved.from_texts(ep["observations"][:-1])
+                out.append((task, str(json.loads(last)["text"]), retrieved))
     return out
 
 
-def ops_grader_agreement(reports: Sequence[tuple[Any, str]]) -> Measure:
+def ops_grader_agreement(reports: Sequence[tuple[Any, str, Any]]) -> Measure:
     """Spearman and success (>= 8/10) agreement of the rubric and a second grader on the same reports."""
     from transferlab.simulator.ops import rubric_human_agreement, rubric_score
 
     second = synonym_subset_grader()
-    a = [rubric_score(t, r).total for t, r in reports]
-    b = [second(t, r) for t, r in reports]
+    a = [rubric_score(t, r, got).total for t, r, got in reports]
+    b = [second(t, r, got) for t, r, got in reports]
     agree = rubric_human_agreement(a, b)
     success = agreement_share([x >= 8 for x in a], [y >= 8 for y in b])
     return Measure(
@@ -131,34 +134,27 @@ def ops_grader_agreement(reports: Sequence[tuple[Any, str]]) -> Measure:
     )
 
 
-def ops_probes(task_id: str) -> Measure:
-    """Rubric scores of gaming probes on one task: keyword stuffing, stuffing + numbers, bare cause."""
-    from transferlab.simulator.ops import ExpertAgent, rubric_score, scenario, seed_of
+def ops_probes(task_ids: Sequence[str]) -> Measure:
+    """The probe suite (:mod:`transferlab.simulator.ops.probes`) on ``task_ids``: the best success
+    rate a degenerate probe got, with every probe's rate."""
+    from transferlab.simulator.ops import OpsAnalysisEnv
+    from transferlab.simulator.ops.probes import held, probe_episode, probes
 
-    task = scenario(seed_of(task_id)).task
-    stuffed = "Causes: stock-out, competitor price cut, failed campaign, seasonality, late deliveries."
-    numbers = " ".join(f"{e.name} {e.values[0]}" for e in task.evidence)
-    cause_words = {
-        "stock_out": "stock-out",
-        "competitor_price_cut": "competitor price cut",
-        "shipping_delays": "shipping delay",
-        "seasonality": "seasonal dip",
+    env = OpsAnalysisEnv(n_tasks=1)
+    rates = {
+        p.name: float(np.mean([probe_episode(env, p, t)["success"] for t in task_ids]))
+        for p in probes()
+        if p.kind != "chance"
     }
-    bare = f"The {cause_words.get(task.causes[0], 'campaign')} explains the drop."
-    expert_ep = ops_episode(task_id, ExpertAgent())
-    probes = {
-        "keyword stuffing": rubric_score(task, stuffed).total,
-        "stuffing + every number": rubric_score(task, stuffed + " " + numbers).total,
-        "right cause, no numbers": rubric_score(task, bare).total,
-        "expert report": float(expert_ep["info"].get("report_score", 0.0)),
-    }
-    worst_gaming = max(probes["keyword stuffing"], probes["stuffing + every number"])
+    kinds = {p.name: p.kind for p in probes()}
+    worst = max(v for k, v in rates.items() if kinds[k] == "degenerate")
     return Measure(
-        worst_gaming,
-        "/10",
-        f"best rubric score a gaming probe got on {task_id} ({task.family}); success needs 8/10: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in probes.items()),
-        {"probes": probes},
+        worst,
+        "success",
+        f"best success rate of a degenerate probe (no query, sprayed numbers, every cause, the expert's "
+        f"report without its queries, pasted tool output, random) over {len(task_ids)} scenarios; "
+        + ", ".join(f"{k} {v:.0%}" for k, v in rates.items()),
+        {"probes": rates, "held": all(held(kinds[k], v) for k, v in rates.items())},
     )
 
 
@@ -206,7 +202,7 @@ def measure_ops(
 
     say("ops: grader agreement, probes, groups")
     agree = ops_grader_agreement(ops_reports(ids, random_reports))
-    probes = ops_probes(ids[0])
+    probes = ops_probes(ids)
     groups = ops_groups(ids, group_size)
     share = nonflat_share(groups)
     explore = Measure(

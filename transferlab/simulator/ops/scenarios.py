@@ -30,7 +30,7 @@ cause (a natural competitor cut or stock-out) in that category during the two wi
 ``seasonality``, during last year's windows, which must have dipped too). Generation is deterministic
 given the scenario seed, cached per seed, and takes one to a few seconds (a retry per unclean world).
 
->>> s = scenario(6)
+>>> s = scenario(11)
 >>> s.task.family, s.task.split
 ('competitor_price_cut', 'train')
 """
@@ -45,11 +45,11 @@ import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_bytes
@@ -76,8 +76,15 @@ ALL_CAUSES: tuple[str, ...] = (*FAMILIES, *DROPPED_FAMILIES)
 #: Not the other way round: in ``shipping_delays`` the shelf is full and a stock-out is a false cause.
 RELATED: dict[str, tuple[str, ...]] = {"stock_out": ("shipping_delays",)}
 YEAR = 365
-HELD_OUT_EVERY = 5  # one scenario group in five is held out
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+"""Scenario splits: pilots, presets and hyper-parameters are scored on validation; test only by a
+committed result."""
+SPLIT_EVERY = 5  # of every five scenario groups: one validation, one test, three train
 MAX_ATTEMPTS = 24
+PCT = 1.0
+"""Tolerance on a percentage (a report may round -27.3% to -27%)."""
+COUNT = 0.5
+"""Tolerance on a count (it must be the count itself)."""
 
 
 class ScenarioConfig(BaseConfig):
@@ -98,36 +105,105 @@ class ScenarioConfig(BaseConfig):
     rate_scale: float = Field(default=3.0, gt=0, description="World purchase-rate multiplier (busier shop).")
     drift_per_month: float = Field(default=0.05, ge=0, description="World preference drift (kept small).")
     reactivation_rate: float = Field(default=0.003, ge=0, le=1, description="World daily comeback chance.")
-    competitor_depth: float = Field(
-        default=0.62,
-        ge=0.6,
-        le=0.85,
-        description="Competitor price index held during a cut (world clips at 0.6).",
+    competitor_depth: tuple[float, float] = Field(
+        default=(0.6, 0.78),
+        description="Range of the competitor price index held during a cut (uniform per scenario; the "
+        "world clips at 0.6, its natural cuts go to 0.85).",
     )
-    outage: tuple[int, int] = Field(default=(24, 30), description="Stock-out length range in days.")
-    lead_in: int = Field(default=3, ge=0, le=20, description="Days before the window the stock-out starts.")
-    campaign_lead: int = Field(
-        default=8, ge=1, le=20, description="Days before the window the campaign runs."
+    outage: tuple[int, int] = Field(default=(20, 30), description="Stock-out length range in days.")
+    lead_in: tuple[int, int] = Field(
+        default=(1, 8), description="Range of days before the window the stock-out starts."
     )
-    campaign_discount: float = Field(default=0.5, gt=0, le=0.5, description="The failed campaign's discount.")
+    campaign_lead: tuple[int, int] = Field(
+        default=(5, 12), description="Range of days before the window the campaign runs."
+    )
+    campaign_discount: tuple[float, ...] = Field(
+        default=(0.4, 0.45, 0.5),
+        description="The failed campaign's discount, one drawn per scenario (each sells below cost in "
+        "some category: the category is drawn among those whose cost ratio is at least 1 - discount).",
+    )
     late_delivery_aversion: float = Field(
         default=1.5, ge=0, le=5, description="World late_delivery_aversion (late orders cut repeat buying)."
     )
-    carrier_late: float = Field(
-        default=0.7, ge=0, le=1, description="Extra late-delivery probability of the delayed carrier."
+    carrier_late: tuple[float, float] = Field(
+        default=(0.5, 0.9), description="Range of the delayed carrier's extra late-delivery probability."
     )
-    carrier_extra_days: int = Field(
-        default=5, ge=0, le=20, description="Extra days late of the delayed carrier."
+    carrier_extra_days: tuple[int, int] = Field(
+        default=(3, 8), description="Range of the delayed carrier's extra days late."
     )
-    delay_lead: int = Field(
-        default=14, ge=0, le=30, description="Days before the window the category's carrier turns late."
+    delay_lead: tuple[int, int] = Field(
+        default=(8, 20), description="Range of days before the window the category's carrier turns late."
     )
     season_amplitude: tuple[float, float] = Field(
-        default=(0.4, 0.5), description="Range of the seasonal category's yearly amplitude (uniform)."
+        default=(0.35, 0.6), description="Range of the seasonal category's yearly amplitude (uniform)."
     )
     season_trough_after: tuple[int, int] = Field(
         default=(0, 10), description="Days after the window's end the yearly trough falls (uniform)."
     )
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> Self:
+        bounds: dict[str, tuple[float, float]] = {
+            "competitor_depth": (0.6, 0.85),
+            "outage": (1, 60),
+            "lead_in": (0, 20),
+            "campaign_lead": (1, 20),
+            "carrier_late": (0, 1),
+            "carrier_extra_days": (0, 20),
+            "delay_lead": (0, 30),
+            "season_amplitude": (0, 0.9),
+            "season_trough_after": (0, 30),
+        }
+        for name, (lo, hi) in bounds.items():
+            a, b = getattr(self, name)
+            if not lo <= a <= b <= hi:
+                raise ValueError(f"{name}=({a}, {b}) must be a range (low <= high) within [{lo}, {hi}]")
+        if not self.campaign_discount or any(not 0 < d <= 0.5 for d in self.campaign_discount):
+            raise ValueError(f"campaign_discount={self.campaign_discount} must list discounts in (0, 0.5]")
+        if any(d < 1 - max(COST_RATIO) for d in self.campaign_discount):
+            raise ValueError(
+                f"campaign_discount={self.campaign_discount}: a failed campaign sells below cost, so each "
+                f"discount must be at least {1 - max(COST_RATIO):.2f} (1 - the highest cost ratio)"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class ScenarioDraw:
+    """The strength of one scenario's cause, drawn from :class:`ScenarioConfig`'s ranges, so no
+    evidence number is the same in every scenario of a family."""
+
+    outage: int
+    lead_in: int
+    competitor_depth: float
+    campaign_discount: float
+    campaign_lead: int
+    carrier_late: float
+    carrier_extra_days: int
+    delay_lead: int
+    season_amplitude: float
+    season_trough_after: int
+
+    @classmethod
+    def sample(cls, cfg: ScenarioConfig, rng: np.random.Generator) -> ScenarioDraw:
+        def integer(r: tuple[int, int]) -> int:
+            return int(rng.integers(r[0], r[1] + 1))
+
+        def real(r: tuple[float, float], digits: int) -> float:
+            return round(float(rng.uniform(*r)), digits)
+
+        return cls(
+            outage=integer(cfg.outage),
+            lead_in=integer(cfg.lead_in),
+            competitor_depth=real(cfg.competitor_depth, 2),
+            campaign_discount=float(cfg.campaign_discount[int(rng.integers(len(cfg.campaign_discount)))]),
+            campaign_lead=integer(cfg.campaign_lead),
+            carrier_late=real(cfg.carrier_late, 2),
+            carrier_extra_days=integer(cfg.carrier_extra_days),
+            delay_lead=integer(cfg.delay_lead),
+            season_amplitude=real(cfg.season_amplitude, 3),
+            season_trough_after=integer(cfg.season_trough_after),
+        )
 
 
 @dataclass(frozen=True)
@@ -185,11 +261,22 @@ class Scenario:
     market: pd.DataFrame = field(repr=False)  # per day: stock cover and competitor index per category
     campaigns: pd.DataFrame = field(repr=False)
     truth: list[dict[str, Any]] = field(repr=False)
+    draw: ScenarioDraw | None = field(default=None, repr=False)  # the cause's drawn strength
 
 
 def split_of(seed: int) -> str:
-    """``held_out`` for every seed whose group (seed // number of families) is a multiple of 5."""
-    return "held_out" if (seed // len(FAMILIES)) % HELD_OUT_EVERY == 0 else "train"
+    """The split of a scenario seed, by its group (seed // number of families, one scenario of each
+    family): group % 5 == 0 is ``validation``, == 1 is ``test``, the rest ``train``. Every scenario is
+    its own world (its seed, its drawn cause strength), so no two splits share one."""
+    group = (seed // len(FAMILIES)) % SPLIT_EVERY
+    return "validation" if group == 0 else "test" if group == 1 else "train"
+
+
+def check_split(split: str) -> str:
+    """``split`` when it is one of :data:`SPLITS`; a ValueError naming them otherwise."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    return split
 
 
 def family_of(seed: int) -> str:
@@ -198,8 +285,7 @@ def family_of(seed: int) -> str:
 
 def task_seeds(split: str, n: int, start: int = 0) -> list[int]:
     """The first ``n`` scenario seeds (from ``start``) of ``split``; families cycle within a split."""
-    if split not in ("train", "held_out"):
-        raise ValueError(f"split must be 'train' or 'held_out', got {split!r}")
+    check_split(split)
     out: list[int] = []
     seed = start
     while len(out) < n:
@@ -291,32 +377,32 @@ def _cached(seed: int, config_json: str) -> Scenario:
 
 
 def _build(seed: int, cfg: ScenarioConfig) -> Scenario:
-    """Run the scenario's world until it is clean (or the attempts run out)."""
+    """Run the scenario's world until it is clean (or the attempts run out); each attempt draws the
+    cause's strength afresh (:class:`ScenarioDraw`)."""
     family = family_of(seed)
     rng = np.random.default_rng([seed, 8])
     order = rng.permutation(len(CATEGORIES))
-    if family == "failed_campaign":  # 50% off sells below cost only where cost of goods >= half the price
-        order = np.array([k for k in order if COST_RATIO[k] >= cfg.campaign_discount])
     last: Scenario | None = None
     for attempt in range(MAX_ATTEMPTS):
-        k = int(order[attempt % len(order)])
-        last = _run(seed, family, k, seed * 1000 + attempt, cfg, rng)
+        draw = ScenarioDraw.sample(cfg, rng)
+        cats = order
+        if family == "failed_campaign":  # the discount sells below cost where cost of goods >= 1 - discount
+            cats = np.array([k for k in order if COST_RATIO[k] >= 1 - draw.campaign_discount - 1e-9])
+        k = int(cats[attempt % len(cats)])
+        last = _run(seed, family, k, seed * 1000 + attempt, cfg, draw)
         if _clean(last):
             return last
     assert last is not None
     return last
 
 
-def _run(
-    seed: int, family: str, k: int, world_seed: int, cfg: ScenarioConfig, rng: np.random.Generator
-) -> Scenario:
+def _run(seed: int, family: str, k: int, world_seed: int, cfg: ScenarioConfig, p: ScenarioDraw) -> Scenario:
     start = cfg.days - cfg.window
-    outage = int(rng.integers(cfg.outage[0], cfg.outage[1] + 1))
-    so_start, cut_start, launch = start - cfg.lead_in, start - 2, start - cfg.campaign_lead
-    delay_start = start - cfg.delay_lead
+    so_start, cut_start, launch = start - p.lead_in, start - 2, start - p.campaign_lead
+    delay_start = start - p.delay_lead
     cat = CATEGORIES[k]
     injected: dict[str, Any] = {"cause": family, "category": cat, "injected": True}
-    season = _season(cfg, cat, rng) if family == "seasonality" else {}
+    season = _season(cfg, cat, p) if family == "seasonality" else {}
     if season:
         injected.update(day=0, amplitude=season[cat][0], peak=season[cat][1])
     world = MarketWorld(
@@ -333,23 +419,23 @@ def _run(
     rows = []
     for d in range(cfg.days):
         if family == "shipping_delays" and d == delay_start:  # the category's carrier turns late
-            world.carrier_late[k], world.carrier_extra_days[k] = cfg.carrier_late, cfg.carrier_extra_days
-            injected.update(day=d, late=cfg.carrier_late, extra_days=cfg.carrier_extra_days)
-        if family == "stock_out" and so_start <= d < so_start + outage:
+            world.carrier_late[k], world.carrier_extra_days[k] = p.carrier_late, p.carrier_extra_days
+            injected.update(day=d, late=p.carrier_late, extra_days=p.carrier_extra_days)
+        if family == "stock_out" and so_start <= d < so_start + p.outage:
             # the shelf is empty and the supplier holds the order back: nothing arrives, backorders pile up
             world.stock[k], world.on_order[k] = min(float(world.stock[k]), 0.0), True
-            injected.update(day=so_start, days=outage)
-        if family == "stock_out" and d == so_start + outage:  # the held order arrives
+            injected.update(day=so_start, days=p.outage)
+        if family == "stock_out" and d == so_start + p.outage:  # the held order arrives
             world.stock[k] += math.ceil(world.config.stock_days * world.expected_daily_demand[k]) + 1
             world.on_order[k] = False
         if family == "competitor_price_cut" and d >= cut_start:
-            world.competitor[k] = cfg.competitor_depth
+            world.competitor[k] = p.competitor_depth
             world.competitor_cut_left[k] = max(int(world.competitor_cut_left[k]), 2)
-            injected.update(day=cut_start, depth=1 - cfg.competitor_depth, days=cfg.days - cut_start)
+            injected.update(day=cut_start, depth=round(1 - p.competitor_depth, 2), days=cfg.days - cut_start)
         if family == "failed_campaign" and d == launch:
             budget = cfg.n_customers * world.config.push_cost
             action = CampaignAction(
-                discount=cfg.campaign_discount, push_hour=20, segment="all", budget=budget, category=cat
+                discount=p.campaign_discount, push_hour=20, segment="all", budget=budget, category=cat
             )
             injected.update(day=d, campaign=world.launch(action))
         world.advance()
@@ -364,14 +450,13 @@ def _run(
         ]
     )
     task = _task(seed, family, cat, world_seed, cfg, events, market, campaigns)
-    return Scenario(task, events, market, campaigns, truth)
+    return Scenario(task, events, market, campaigns, truth, draw=p)
 
 
-def _season(cfg: ScenarioConfig, cat: str, rng: np.random.Generator) -> dict[str, tuple[float, int]]:
+def _season(cfg: ScenarioConfig, cat: str, p: ScenarioDraw) -> dict[str, tuple[float, int]]:
     """The seasonal category's yearly cycle: its trough just after the window, this year and last."""
-    amplitude = round(float(rng.uniform(*cfg.season_amplitude)), 3)
-    trough = cfg.days - 1 + int(rng.integers(cfg.season_trough_after[0], cfg.season_trough_after[1] + 1))
-    return {cat: (amplitude, (trough - YEAR // 2) % YEAR)}
+    trough = cfg.days - 1 + p.season_trough_after
+    return {cat: (p.season_amplitude, (trough - YEAR // 2) % YEAR)}
 
 
 def _clean(s: Scenario) -> bool:
@@ -430,7 +515,7 @@ def _task(
     days, w = cfg.days, cfg.window
     sales = window_sales(events, cat, days, w)
     ev: list[Evidence] = [
-        Evidence("orders_change_pct", "sales", (sales["orders_change_pct"], sales["gmv_change_pct"]), 3.0)
+        Evidence("orders_change_pct", "sales", (sales["orders_change_pct"], sales["gmv_change_pct"]), PCT)
     ]
     if family == "stock_out":
         in_win = market[market["day"] >= days - w]
@@ -439,16 +524,16 @@ def _task(
         recent = events[(events["day"] >= days - w) & (events["category"] == k)]
         late = float((recent["event"] == "late_delivery").sum())
         ev += [
-            Evidence("stock_out_days", "stock_out", (out_days,), max(2.0, 0.1 * out_days)),
-            Evidence("late_deliveries", "stock_out", (late,), max(3.0, 0.15 * late)),
+            Evidence("stock_out_days", "stock_out", (out_days,), COUNT),
+            Evidence("late_deliveries", "stock_out", (late,), COUNT),
         ]
     elif family == "competitor_price_cut":
         col = market[f"competitor_{cat}"]
         now = float(col[market["day"] >= days - w].mean())
         before = float(col[(market["day"] >= days - 2 * w) & (market["day"] < days - w)].mean())
         ev += [
-            Evidence("competitor_index", "competitor_price_cut", (round(now, 2),), 0.03),
-            Evidence("competitor_change_pct", "competitor_price_cut", (_pct(now, before),), 3.0),
+            Evidence("competitor_index", "competitor_price_cut", (round(now, 2),), 0.005),
+            Evidence("competitor_change_pct", "competitor_price_cut", (_pct(now, before),), PCT),
         ]
     elif family == "shipping_delays":
         k = CATEGORIES.index(cat)
@@ -456,8 +541,8 @@ def _task(
         late = float((recent["event"] == "late_delivery").sum())
         complaints = float((recent["event"] == "complaint").sum())
         ev += [
-            Evidence("late_deliveries", "shipping_delays", (late,), max(3.0, 0.15 * late)),
-            Evidence("delivery_complaints", "shipping_delays", (complaints,), max(2.0, 0.15 * complaints)),
+            Evidence("late_deliveries", "shipping_delays", (late,), COUNT),
+            Evidence("delivery_complaints", "shipping_delays", (complaints,), COUNT),
         ]
     elif family == "seasonality":
         last = window_sales(events, cat, days - YEAR, w)
@@ -466,16 +551,16 @@ def _task(
                 "last_year_orders_change_pct",
                 "seasonality",
                 (last["orders_change_pct"], last["gmv_change_pct"]),
-                3.0,
+                PCT,
             ),
-            Evidence("last_year_orders", "seasonality", (last["orders"],), max(5.0, 0.1 * last["orders"])),
+            Evidence("last_year_orders", "seasonality", (last["orders"],), COUNT),
         ]
     else:
         camp = campaign_summary(events, campaigns, cat)[0]
         margin = camp["margin"]
         ev += [
-            Evidence("campaign_discount_pct", "failed_campaign", (camp["discount_pct"],), 0.5),
-            Evidence("campaign_margin", "failed_campaign", (round(margin),), max(20.0, 0.1 * abs(margin))),
+            Evidence("campaign_discount_pct", "failed_campaign", (camp["discount_pct"],), COUNT),
+            Evidence("campaign_margin", "failed_campaign", (round(margin, 2),), 1.0),
         ]
     return OpsTask(
         task_id=task_id_of(seed),
