@@ -105,8 +105,8 @@ def test_train_ops_test_preset_end_to_end(
     config = ot.ops_test_config()
     init = ot.fresh_policy(config, tokenizer, tmp_path / "init")
     res = ot.train_ops(config, tmp_path / "run", init_from=init)
-    # held-out evaluation sees held-out scenarios only: before, after SFT, after each GRPO step
-    assert evaluated and set(evaluated) == {"held_out"}
+    # evaluation sees the eval split only (validation by default): before, after SFT, each GRPO step
+    assert evaluated and set(evaluated) == {"validation"}
     assert [p["stage"] for p in res.curve] == ["start", "sft", "rl", "rl"]
     assert [p["episodes"] for p in res.curve] == [0.0, 0.0, 4.0, 8.0]
     assert len(res.train_success) == config.rl.steps

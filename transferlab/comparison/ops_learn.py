@@ -294,6 +294,8 @@ def _pooled(diagnoses: Sequence[dict[str, Any]]) -> dict[str, Any]:
     shares = {
         f"{k}_share": total[k] / eps for k in ("reported", "cause_named", "false_blame", "evidence_half")
     }
+    # success = reported x success given a report: which of the two a gain comes from
+    shares["success_given_report"] = total["success"] / max(total["reported"], 1)
     return {**total, "format": total["actions_ok"] / max(total["actions"], 1), **shares}
 
 
@@ -621,6 +623,12 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
+def _given(diagnosis: dict[str, Any]) -> str:
+    """Success given a report (``-`` in a result saved before the share was kept)."""
+    share = diagnosis.get("success_given_report")
+    return "-" if share is None else _pct(share)
+
+
 CURVE_STARTS = {"rl": ("sft",), "rft_rl": ("sft", "rft")}
 """Each GRPO arm's stages before RL: its curve starts at the SFT point (0 episodes), then each stage's
 point after that stage's training episodes, then RL's points after all of them."""
@@ -686,7 +694,8 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
         "Over each arm's held-out episodes, pooled over seeds. Format: the share of actions that ran as a "
         "tool call. Reported: episodes that ended with a report; cause named: a true cause blamed; false "
         "blame: a cause that is not behind the drop blamed (-3 each on the rubric); evidence: at least half "
-        "the supporting numbers cited."
+        "the supporting numbers cited; success given a report: success is reports x this, so a gain that "
+        "only adds reports leaves it flat."
     )
     report.table(
         [
@@ -698,6 +707,7 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
                 "cause named": _pct(e["diagnosis"]["cause_named_share"]),
                 "false blame": _pct(e["diagnosis"]["false_blame_share"]),
                 "evidence >= half": _pct(e["diagnosis"]["evidence_half_share"]),
+                "success given a report": _given(e["diagnosis"]),
             }
             for arm, e in extras.items()
         ]

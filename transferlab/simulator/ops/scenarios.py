@@ -106,9 +106,10 @@ class ScenarioConfig(BaseConfig):
     drift_per_month: float = Field(default=0.05, ge=0, description="World preference drift (kept small).")
     reactivation_rate: float = Field(default=0.003, ge=0, le=1, description="World daily comeback chance.")
     competitor_depth: tuple[float, float] = Field(
-        default=(0.6, 0.78),
+        default=(0.6, 0.75),
         description="Range of the competitor price index held during a cut (uniform per scenario; the "
-        "world clips at 0.6, its natural cuts go to 0.85).",
+        "world clips at 0.6; its natural cuts go to 0.85, and a cut to 0.78 read as one no deeper "
+        "than those on a validation scenario).",
     )
     outage: tuple[int, int] = Field(default=(20, 30), description="Stock-out length range in days.")
     lead_in: tuple[int, int] = Field(
