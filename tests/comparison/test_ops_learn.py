@@ -154,7 +154,10 @@ def test_config_rules_name_the_fix() -> None:
     ):
         OpsLearnConfig(arms=["sft", "rft"], rft={"rounds": 3, "samples_per_task": 4})  # 1024 RL episodes
     OpsLearnConfig(rft={"rounds": 3, "samples_per_task": 4})  # no RFT arm (a run saved before it): no rule
-    assert OPS_LEARN_PRESETS["cpu"].arms == ["sft", "rl", "rft", "rft_rl"] == OPS_LEARN_PRESETS["smoke"].arms
+    with pytest.raises(ConfigError, match=re.escape("arms must hold 'sft' once")):
+        OpsLearnConfig(arms=["sft", "sft_forced"])  # a control and nothing trained
+    every = ["sft", "sft_forced", "rl", "rft", "rft_rl"]
+    assert OPS_LEARN_PRESETS["cpu"].arms == every == OPS_LEARN_PRESETS["smoke"].arms
 
 
 def _invoke(*args: str) -> Any:
@@ -182,9 +185,14 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     assert len(rft["train_success"][0]) == smoke.rft.rounds
     assert (run_dir / "arms" / "rft-seed0" / "policy" / "config.json").is_file()  # saved for later use
     markdown = (report / "report.md").read_text().replace("\\", "")
-    for name in ("rl - sft", "rft - sft", "rl - rft", "rft_rl - sft", "rft_rl - rft"):
+    for name in ("rl - sft", "rft - sft", "rl - rft", "rft_rl - sft", "rft_rl - rft", "rft - sft_forced"):
         line = result.comparison(name).sentence()
         assert line in markdown and line in out.output
+    # the forced-report control: the same SFT policy, every episode at the step limit opens a report
+    forced = result.arms["sft_forced"].model_extra
+    assert forced is not None and "success_given_report" in forced["diagnosis"]
+    assert forced["diagnosis"]["reported"] >= (result.arms["sft"].model_extra or {})["diagnosis"]["reported"]
+    assert result.model_extra is not None and result.model_extra["scored_split"] == "validation"
     assert (report / "figures" / "curve_success.png").is_file()
 
     sft_result = run_dir / "arms" / "sft-seed0" / "result.json"
@@ -232,9 +240,15 @@ def test_rft_policy_fine_tunes_a_copy_on_rl_episodes_and_names_a_budget_that_doe
         sft = setup.sft_policy(0)
         before = {k: v.clone() for k, v in sft.state_dict().items()}
         rft = RFTSettings(rounds=2, samples_per_task=2, sft=SFTConfig(steps=2, batch_size=2))
-        model, stats = setup.rft_policy(0, rft)
+        # without an anchor the data is the policy's own successes only: none at this size, no update
+        own, stats = setup.rft_policy(0, rft)
         assert [s.round for s in stats] == [0, 1]
-        assert stats[-1].data_size >= len(setup.demos)  # demonstrations kept, successes added
+        assert stats[-1].data_size == sum(s.new_trajectories for s in stats)
+        if stats[-1].data_size == 0:
+            assert all(torch.equal(v, own.state_dict()[k]) for k, v in before.items())
+        # an anchor of 1 demonstration: it is in every round's data, successes are added to it
+        model, stats = setup.rft_policy(0, rft.model_copy(update={"demo_anchor": 1}))
+        assert stats[-1].data_size == 1 + sum(s.new_trajectories for s in stats)
         assert all(torch.equal(v, sft.state_dict()[k]) for k, v in before.items())  # SFT untouched
         assert any(not torch.equal(v, model.state_dict()[k]) for k, v in before.items())
         with pytest.raises(ValueError, match=r"as many episodes as RL \(8 = .* = 6 does not divide it"):

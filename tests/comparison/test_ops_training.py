@@ -165,3 +165,18 @@ def test_undemonstrated_practice_trains_rl_only_on_scenarios_sft_never_showed(
 def test_undemonstrated_practice_needs_a_scenario_sft_did_not_show() -> None:
     with pytest.raises(ValueError, match="raise train_tasks or use practice='all'"):
         ot.OpsTrainingConfig(train_tasks=40, sft_tasks=40, practice="undemonstrated")
+
+
+def test_the_shared_tokenizer_sees_training_text_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transferlab.coding_rl.policies import tokenizer as tok
+    from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_solution, toy_tasks
+
+    seen: list[str] = []
+    monkeypatch.setattr(tok, "train_tokenizer", lambda texts, **kw: seen.extend(texts))
+    ot.shared_tokenizer(ot.ops_tasks(1, 1)[0], 400)
+    ops = tuple(sorted(OPERATIONS))
+    train, held = toy_tasks(0.25, 0, ops)
+    text = {f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in train}
+    held_only = {f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in held} - text
+    assert held_only and not held_only & set(seen)
+    assert text <= set(seen)

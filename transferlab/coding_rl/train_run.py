@@ -738,9 +738,10 @@ def tiny_checkpoint(out: Path, size: str, seed: int) -> Path:
     from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_tasks, toy_tasks
 
     ops = tuple(sorted(OPERATIONS))
-    code_train, code_held = toy_tasks(0.25, 0, ops)
-    repo_train, repo_held = toy_repo_tasks(0.25, 0, ops)
-    tokenizer = toy_tokenizer(code_train + code_held, repo_train + repo_held + seed_repo_tasks(), 1024)
+    code_train, _ = toy_tasks(0.25, 0, ops)
+    repo_train, _ = toy_repo_tasks(0.25, 0, ops)
+    # trained on training text only: a held-out task's text never shapes the vocabulary
+    tokenizer = toy_tokenizer(code_train, repo_train + seed_repo_tasks(), 1024)
     model = TinyPolicyConfig(max_positions=2048, seed=seed, **TINY_SIZES[size]).create(tokenizer)
     return save_policy(model, tokenizer, out)
 

@@ -14,7 +14,8 @@ The ops half of the project's question (issue 18), built like the coding half
 3. **RFT** (arm ``rft``): another copy trained by rejection-sampling fine-tuning (expert iteration,
    :func:`~transferlab.coding_rl.trainers.expert_iteration.expert_iteration`) on the same practice
    scenarios and RL's number of episodes: each round samples at RL's temperature, keeps the episodes
-   whose report passes the rubric, and fine-tunes on the demonstrations plus every distinct one kept.
+   whose report passes the rubric, and fine-tunes on every distinct one kept so far (the policy's own
+   successes; ``rft.demo_anchor`` demonstrations beside them, 0 by default).
 4. **RFT then RL** (arm ``rft_rl``): the seed's RFT policy trained further by the RL arm's GRPO
    (the same settings and episodes), the recipe of an expert-iteration warm start before RL.
    ``arms`` picks which of ``rl``, ``rft`` and ``rft_rl`` a run computes.
@@ -49,6 +50,7 @@ from rich.console import Console
 
 from transferlab.coding_rl.experiments.agent_learn import (
     RFTSettings,
+    demo_anchor,
     expert_iteration_config,
     rft_round_tasks,
     rft_tasks,
@@ -92,18 +94,21 @@ from transferlab.simulator.ops.grader import Retrieved, rubric_score
 from transferlab.simulator.ops.scenarios import OpsTask
 
 EXPERIMENT = "ops-learn"
-ARMS = ("sft", "rl", "rft", "rft_rl")
+ARMS = ("sft", "sft_forced", "rl", "rft", "rft_rl")
 """Every arm the experiment knows, in the order a seed computes them; ``OpsLearnConfig.arms`` picks
 those a run computes."""
 COMPARISONS = {
     "rl - sft": ("sft", "rl"),
+    "rl - sft_forced": ("sft_forced", "rl"),
+    "rft - sft_forced": ("sft_forced", "rft"),
+    "rft_rl - sft_forced": ("sft_forced", "rft_rl"),
     "rft - sft": ("sft", "rft"),
     "rl - rft": ("rft", "rl"),
     "rft_rl - sft": ("sft", "rft_rl"),
     "rft_rl - rft": ("rft", "rft_rl"),
 }
 """Each comparison's (a, b): ``b - a``, made when both arms ran."""
-ArmName = Literal["sft", "rl", "rft", "rft_rl"]
+ArmName = Literal["sft", "sft_forced", "rl", "rft", "rft_rl"]
 EVAL_SEED = 12_345
 """The held-out sampling seed: both arms are scored on the same futures."""
 
@@ -171,14 +176,15 @@ class OpsLearnConfig(ModelChoice):
         default_factory=RFTSettings,
         description="Rejection-sampling fine-tuning (expert iteration) on RL's number of episodes: rounds "
         "of sampling the practice scenarios, keeping episodes whose report passes the rubric, fine-tuning "
-        "on the demonstrations plus those.",
+        "on those (plus rft.demo_anchor demonstrations, 0 by default).",
     )
     arms: list[ArmName] = Field(
         default=["sft", "rl"],
         min_length=2,
         description="The arms to compute: 'sft' and at least one of 'rl' (GRPO), 'rft' (expert iteration) "
-        "and 'rft_rl' (GRPO from the RFT policy; needs 'rft'). The default is what a run saved before the "
-        "rft arm existed computed.",
+        "and 'rft_rl' (GRPO from the RFT policy; needs 'rft'); 'sft_forced' adds the forced-report control "
+        "(the SFT policy whose last allowed step opens a report). The default is what a run saved before "
+        "the rft arm existed computed; the presets compute all five.",
     )
     curve_every: int = Field(
         default=16, ge=0, description="RL steps between held-out points of the learning curve; 0 = none."
@@ -194,9 +200,11 @@ class OpsLearnConfig(ModelChoice):
                 f"sft_tasks ({self.sft_tasks}) must be below train_tasks ({self.train_tasks}): RL practises "
                 "on the training scenarios SFT never showed; raise train_tasks or lower sft_tasks"
             )
-        if "sft" not in self.arms or len(set(self.arms)) != len(self.arms):
+        trained = {"rl", "rft", "rft_rl"} & set(self.arms)
+        if "sft" not in self.arms or len(set(self.arms)) != len(self.arms) or not trained:
             raise ValueError(
-                f"arms must hold 'sft' once and 'rl', 'rft' and/or 'rft_rl' once each, got {self.arms}"
+                f"arms must hold 'sft' once and 'rl', 'rft' and/or 'rft_rl' once each (and 'sft_forced' "
+                f"if wanted), got {self.arms}"
             )
         if "rft_rl" in self.arms and "rft" not in self.arms:
             raise ValueError(f"arm 'rft_rl' trains from the RFT policy: add 'rft' to arms, got {self.arms}")
@@ -227,7 +235,7 @@ def ops_learn_smoke() -> OpsLearnConfig:
             }
         ),
         rft=RFTSettings(rounds=2, samples_per_task=2, sft=SFTConfig(steps=2, batch_size=2, lr=1e-3)),
-        arms=["sft", "rl", "rft", "rft_rl"],
+        arms=["sft", "sft_forced", "rl", "rft", "rft_rl"],
         curve_every=1,
         eval_episodes=1,
     )
@@ -241,7 +249,7 @@ OPS_LEARN_PRESETS: dict[str, OpsLearnConfig] = {
     # took seed 0's SFT from 0.225 to 0.383. GiGPO step credit at lr 1e-4, KL 0.1 and the loss at the
     # sampling temperature: from that start 0.458, where the episode advantage at lr 5e-5, KL 0.05
     # (the earlier preset) fell to 0.258 by blaming absent causes twice as often.
-    "cpu": OpsLearnConfig(arms=["sft", "rl", "rft", "rft_rl"]),
+    "cpu": OpsLearnConfig(arms=["sft", "sft_forced", "rl", "rft", "rft_rl"]),
     "smoke": ops_learn_smoke(),
 }
 
@@ -325,7 +333,7 @@ class Setup:
             compact_reports=self.config.compact_reports,
         )
 
-    def evaluate(self, model: Any) -> OpsEval:
+    def evaluate(self, model: Any, force_report: bool = False) -> OpsEval:
         cfg = self.config
         return evaluate_ops(
             model,
@@ -335,12 +343,13 @@ class Setup:
             episodes_per_task=cfg.eval_episodes,
             temperature=cfg.eval_temperature,
             seed=EVAL_SEED,
+            force_report=force_report,
         )
 
-    def scores(self, model: Any) -> dict[str, Any]:
+    def scores(self, model: Any, force_report: bool = False) -> dict[str, Any]:
         """Held-out success and rubric per scenario, habit shares and the report diagnosis."""
         n = self.config.eval_episodes
-        ev = self.evaluate(model)
+        ev = self.evaluate(model, force_report)
         flat = [t for t in self.held for _ in range(n)]
         return {
             "held_out": per_task(ev.success, n),
@@ -379,6 +388,13 @@ class Setup:
         t0 = time.perf_counter()
         model = self.sft_policy(seed)
         return {**self.scores(model), "demonstrations": len(self.demos), "seconds": time.perf_counter() - t0}
+
+    def sft_forced_arm(self, seed: int) -> dict[str, Any]:
+        """The forced-report control: the seed's SFT policy, untrained further, scored with its last
+        allowed step opening a report (the cheapest explanation of a gain that only adds reports)."""
+        t0 = time.perf_counter()
+        scores = self.scores(self.sft_policy(seed), force_report=True)
+        return {**scores, "seconds": time.perf_counter() - t0}
 
     def rl_arm(self, seed: int) -> dict[str, Any]:
         """A copy of the SFT policy trained with ``train_rl`` (:meth:`grpo_arm`)."""
@@ -444,7 +460,7 @@ class Setup:
     def rft_policy(self, seed: int, rft: RFTSettings, rounds: Path | None = None) -> tuple[Any, list[Any]]:
         """A copy of the seed's SFT policy trained by expert iteration (rejection-sampling fine-tuning)
         on RL's number of episodes over the practice scenarios: each round samples at RL's temperature,
-        keeps the episodes whose report the rubric passed, fine-tunes on demonstrations plus those.
+        keeps the episodes whose report the rubric passed, fine-tunes on those (and the anchor).
         ``rounds``: the directory that saves each finished round (a resumed arm continues from it)."""
         from transferlab.coding_rl.trainers.expert_iteration import expert_iteration
         from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
@@ -457,7 +473,7 @@ class Setup:
             policy_dir="", rewards=rl.rewards, max_steps=rl.max_steps, threads=0, env_factory=rl.env_factory
         )
         worker = RolloutWorker(model, self.tokenizer, spec)
-        demos = self.demos if rft.keep_demos else []
+        demos = demo_anchor(self.demos, rft.demo_anchor, seed) if rft.demo_anchor else []
         with self.exp.arm_logger(f"rft-seed{seed}", resume=rounds is not None) as logger:
             stats = expert_iteration(model, self.tokenizer, tasks, demos, config, worker, logger, rounds)
         return model, stats
@@ -535,6 +551,7 @@ def _seed_arms(exp: Experiment, setup: Setup, seed: int, bar: Any | None) -> Res
     """The seed's arms of ``config.arms`` (each computed unless saved), advancing ``bar``."""
     computes: dict[str, Callable[[], dict[str, Any]]] = {
         "sft": functools.partial(setup.sft_arm, seed),
+        "sft_forced": functools.partial(setup.sft_forced_arm, seed),
         "rl": functools.partial(setup.rl_arm, seed),
         "rft": functools.partial(setup.rft_arm, seed),
         "rft_rl": functools.partial(setup.rft_rl_arm, seed),
@@ -653,7 +670,13 @@ def curve_series(result: Result) -> dict[str, dict[str, Curve]]:
     return out
 
 
-ARM_LABELS = {"sft": "SFT", "rl": "SFT + RL (GRPO)", "rft": "SFT + RFT", "rft_rl": "SFT + RFT + RL (GRPO)"}
+ARM_LABELS = {
+    "sft": "SFT",
+    "sft_forced": "SFT, report forced at the step limit",
+    "rl": "SFT + RL (GRPO)",
+    "rft": "SFT + RFT",
+    "rft_rl": "SFT + RFT + RL (GRPO)",
+}
 
 
 def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start: StartModel | None) -> Report:
@@ -753,7 +776,8 @@ def build_report(config: OpsLearnConfig, result: Result, exp: Experiment, start:
             f"RFT: the same {episodes} episodes as {rft.rounds} rounds x {rft.samples_per_task} samples of "
             f"{episodes // (rft.rounds * rft.samples_per_task)} scenarios at temperature {rl.temperature}; "
             f"each round fine-tunes {rft.sft.steps} steps x {rft.sft.batch_size} at lr {rft.sft.lr} on "
-            f"{'the demonstrations plus ' if rft.keep_demos else ''}every distinct passing episode so far"
+            f"{f'a fixed anchor of {rft.demo_anchor} demonstrations plus ' if rft.demo_anchor else ''}"
+            "every distinct passing episode so far (the policy's own; kept per round in new_trajectories)"
             + ("" if "rft" in extras else " (not run)"),
             f"episodes: up to {rl.max_steps} tool calls, {rl.max_new_tokens} tokens per call, context "
             f"{rl.max_context} tokens; held-out at temperature {config.eval_temperature}",

@@ -238,18 +238,17 @@ def ops_texts(tasks: Sequence[OpsTask], max_steps: int = 8) -> list[str]:
 def shared_tokenizer(
     ops_train: Sequence[OpsTask], vocab_size: int = 768, operations: Sequence[str] = ()
 ) -> Any:
-    """One byte-level BPE over coding texts (toy tasks, CodeRepair-v0 corpus) and ops texts."""
+    """One byte-level BPE over coding texts (toy tasks, CodeRepair-v0 corpus) and ops texts, all from
+    the training splits: no held-out task's text shapes the vocabulary both transfer arms use."""
     from transferlab.coding_rl.policies.tokenizer import train_tokenizer
     from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_tasks, toy_solution, toy_tasks
     from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
     ops = tuple(operations) or tuple(sorted(OPERATIONS))
-    code_train, code_held = toy_tasks(0.25, 0, ops)
-    repo_train, repo_held = toy_repo_tasks(0.25, 0, ops)
-    texts = [
-        f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_train + code_held
-    ]
-    texts = texts * 10 + list(corpus_texts(repo_train + repo_held)) * 3
+    code_train, _ = toy_tasks(0.25, 0, ops)
+    repo_train, _ = toy_repo_tasks(0.25, 0, ops)
+    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_train]
+    texts = texts * 10 + list(corpus_texts(repo_train)) * 3
     texts += ops_texts(ops_train) * 3
     return train_tokenizer(texts, vocab_size=vocab_size, seed=0)
 
@@ -298,6 +297,10 @@ def rubric_of(traj: Trajectory) -> float:
 # -------------------------------------------------------------------------------------- evaluation
 
 
+REPORT_PREFIX = '{"action": "generate_report", "text": "'
+"""How a report call opens, as the expert's demonstrations write it (``json.dumps`` of the call)."""
+
+
 @dataclass
 class OpsEval:
     """Held-out episodes of one policy: per-episode rubric, success and habits."""
@@ -324,8 +327,13 @@ def evaluate_ops(
     episodes_per_task: int = 2,
     temperature: float = 1.0,
     seed: int = 12_345,
+    force_report: bool = False,
 ) -> OpsEval:
-    """Play ``episodes_per_task`` episodes of each task with the policy; score reports on the rubric."""
+    """Play ``episodes_per_task`` episodes of each task with the policy; score reports on the rubric.
+
+    ``force_report``: the forced-report control; the last step an episode is allowed starts with
+    :data:`REPORT_PREFIX`, so every episode that reaches the step limit ends with the policy's report.
+    """
     from transferlab.coding_rl.policies.generation import SamplingConfig
     from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
 
@@ -334,7 +342,8 @@ def evaluate_ops(
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=rl.max_new_tokens, seed=seed)
     was_training = model.training
     model.eval()
-    trajs = policy_episodes(model, tokenizer, envs, flat, sampling, rl.max_context)
+    prefix = REPORT_PREFIX if force_report else None
+    trajs = policy_episodes(model, tokenizer, envs, flat, sampling, rl.max_context, final_prefix=prefix)
     model.train(was_training)
     rubric = [rubric_of(t) for t in trajs]
     habits: dict[str, list[float]] = {"query_before_concluding": [], "check_before_reporting": []}

@@ -325,3 +325,23 @@ def test_sigterm_to_the_parent_stops_the_seed_processes(tmp_path: Path) -> None:
         for f in tmp_path.glob("pid-*"):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(f.read_text()), signal.SIGKILL)
+
+
+def test_rft_demo_anchor_is_a_fixed_seeded_draw_and_keep_demos_is_refused() -> None:
+    import doctest
+
+    from transferlab.coding_rl.experiments import agent_learn
+    from transferlab.coding_rl.experiments.agent_learn import RFTSettings, demo_anchor
+
+    demos = list(range(100))
+    picked = demo_anchor(demos, 8, seed=3)
+    assert len(picked) == 8 and picked == sorted(picked) and picked == demo_anchor(demos, 8, seed=3)
+    assert picked != demo_anchor(demos, 8, seed=4)
+    assert RFTSettings().demo_anchor == 0  # the policy's own successes only, by default
+    with pytest.raises(ValueError, match=r"keep_demos was replaced by rft\.demo_anchor"):
+        RFTSettings.model_validate({"keep_demos": True})
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    for test in finder.find(agent_learn.demo_anchor, "demo_anchor", globs={"demo_anchor": demo_anchor}):
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0

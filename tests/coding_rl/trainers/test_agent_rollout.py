@@ -249,3 +249,41 @@ def test_policy_episodes_run_any_tool_env(model: Any, tokenizer: Any) -> None:
         assert traj.steps[-1].truncated and traj.steps[-1].info["cut"] == "steps"
         assert traj.steps[0].prompt_text.startswith("say something about")
         assert traj.steps[0].observation_text.endswith(" chars")
+
+
+class SeenEnv(EchoEnv):
+    """The echo env, keeping every action it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.actions: list[str] = []
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.actions.append(action)
+        return super().step(action)
+
+
+def test_a_final_prefix_opens_only_the_last_allowed_step(model: Any, tokenizer: Any) -> None:
+    envs = [SeenEnv(), SeenEnv()]
+    prefix = '{"action": "generate_report", "text": "'
+    trajs = policy_episodes(
+        model, tokenizer, envs, [_Prompt("a"), _Prompt("b")], SAMPLING, max_context=1024, final_prefix=prefix
+    )
+    n_prefix = len(tokenizer.encode(prefix, add_special_tokens=False))
+    for env, traj in zip(envs, trajs, strict=True):
+        first, last = traj.steps
+        assert not first.action_text.startswith(prefix) and first.action_logprobs is not None
+        assert "forced_prefix_tokens" not in first.info
+        # the env got the prefix and the policy's continuation; the record says what was forced
+        assert env.actions[1] == last.action_text and last.action_text.startswith(prefix)
+        assert last.info["forced_prefix_tokens"] == n_prefix and last.action_logprobs is None
+        assert len(last.action_ids) > n_prefix
+    # without room for the prefix in the context, the last step runs unforced
+    for task, traj in zip("ab", trajs, strict=True):
+        first = traj.steps[0]
+        used = len(first.prompt_ids) + len(first.action_ids) + len(first.observation_ids)
+        [tight] = policy_episodes(
+            model, tokenizer, [SeenEnv()], [_Prompt(task)], SAMPLING, max_context=used + MAX_NEW,
+            final_prefix=prefix,
+        )  # fmt: skip
+        assert len(tight.steps) == 2 and "forced_prefix_tokens" not in tight.steps[1].info

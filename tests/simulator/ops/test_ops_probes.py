@@ -61,3 +61,13 @@ def test_the_command_prints_the_table_writes_a_result_and_refuses_a_full_out(tmp
     assert again.exit_code == 2 and "error: --out" in again.output and "not empty" in again.output
     rows = runner.invoke(app, ["ops", "probes", "--split", "test", "--tasks", "5", "--json"])
     assert rows.exit_code == 0 and {r["probe"] for r in json.loads(rows.stdout)} == {p.name for p in probes()}
+
+
+def test_module_doctests_hold() -> None:
+    import doctest
+
+    from transferlab.simulator.ops import grader, probes, scenarios
+
+    for module in (grader, probes, scenarios):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

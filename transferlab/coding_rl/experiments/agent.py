@@ -150,8 +150,8 @@ class Setup:
         if start is not None:
             self.tokenizer = start.tokenizer
         else:
-            code_train, code_held = toy_tasks(config.held_out_fraction, 0, ops)
-            self.tokenizer = toy_tokenizer(code_train + code_held, self.train + self.held)
+            code_train, _ = toy_tasks(config.held_out_fraction, 0, ops)
+            self.tokenizer = toy_tokenizer(code_train, self.train)  # training text only
 
     def sft_policy(self, seed: int) -> Any:
         """The seed's SFT policy (trained once, then loaded from ``arms/sft-seed<seed>/policy``)."""

@@ -95,11 +95,25 @@ class RFTSettings(BaseConfig):
     samples_per_task: int = Field(default=4, ge=1, description="Episodes per drawn task per round.")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(steps=50, batch_size=8, lr=1e-3),
-        description="The fine-tuning of each round (on demonstrations plus verified successes).",
+        description="The fine-tuning of each round (on the verified successes so far, plus the anchor).",
     )
-    keep_demos: bool = Field(
-        default=True, description="Start the data set from the SFT demonstrations (else only successes)."
+    demo_anchor: int = Field(
+        default=0,
+        ge=0,
+        description="Demonstrations kept in every round's data as a fixed anchor (a seeded draw of this "
+        "many; 0 = the policy's own verified successes only). RFT is fine-tuning on the policy's own "
+        "successes: an anchor, if any, stays small next to them.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_keep_demos(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "keep_demos" in data:
+            raise ValueError(
+                "rft.keep_demos was replaced by rft.demo_anchor (how many demonstrations stay in every "
+                "round's data; 0 = only the policy's own successes): set demo_anchor instead"
+            )
+        return data
 
 
 class AgentLearnConfig(ModelChoice):
@@ -250,6 +264,21 @@ def expert_iteration_config(rft: RFTSettings, rl: RLConfig, seed: int) -> Any:
 
 
 _T = TypeVar("_T")
+
+
+def demo_anchor(demos: Sequence[_T], n: int, seed: int) -> list[_T]:
+    """The RFT arm's fixed anchor: a seeded draw of ``n`` of the demonstrations (all when fewer), in
+    their order.
+
+    >>> demo_anchor(list("abcdef"), 2, seed=0) == demo_anchor(list("abcdef"), 2, seed=0)
+    True
+    >>> demo_anchor(list("abc"), 5, seed=1), demo_anchor(list("abc"), 0, seed=1)
+    (['a', 'b', 'c'], [])
+    """
+    if n >= len(demos):
+        return list(demos)
+    picked = sorted(random.Random(f"rft-anchor:{seed}").sample(range(len(demos)), n))
+    return [demos[i] for i in picked]
 
 
 def rft_round_tasks(rl: RLConfig, rft: RFTSettings) -> int:
@@ -544,7 +573,7 @@ class Setup:
             policy_dir="", sandbox_backend=cfg.backend, rewards=rl.rewards, max_steps=rl.max_steps, threads=0
         )
         worker = RolloutWorker(model, self.tokenizer, spec, sandbox=self.sandbox)
-        demos = self.demos() if rft.keep_demos else []
+        demos = demo_anchor(self.demos(), rft.demo_anchor, seed) if rft.demo_anchor else []
         with self.exp.arm_logger(f"rft-seed{seed}", resume=True) as logger:
             stats = expert_iteration(
                 model,
@@ -897,7 +926,13 @@ def _settings(
             f"G={rl.group_size}, lr {rl.lr}; rollouts on {rl.rollout_backend} workers x {rl.rollout_workers}",
             f"RFT: {config.rft.rounds} rounds x {config.rft.samples_per_task} samples per task, fine-tuning "
             f"{config.rft.sft.steps} steps x {config.rft.sft.batch_size} per round (lr {config.rft.sft.lr}), "
-            f"demonstrations {'kept in' if config.rft.keep_demos else 'left out of'} the data",
+            f"on the policy's own verified successes"
+            + (
+                f" plus a fixed anchor of {config.rft.demo_anchor} demonstrations"
+                if config.rft.demo_anchor
+                else ""
+            )
+            + " (kept successes per round in the arm's new_trajectories)",
             f"episodes: up to {rl.max_steps} tool calls, {rl.max_new_tokens} tokens per call, context "
             f"{rl.max_context} tokens, temperature {rl.temperature} in training (RL and RFT) and "
             f"{config.eval_temperature or rl.temperature} on the held-out tasks",

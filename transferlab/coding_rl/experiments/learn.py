@@ -130,8 +130,8 @@ def run_learn(
     if start is not None:
         tokenizer = start.tokenizer
     else:
-        repo_train, repo_held = toy_repo_tasks(config.held_out_fraction, 0, ops)
-        tokenizer = toy_tokenizer(train + held, repo_train + repo_held)
+        repo_train, _ = toy_repo_tasks(config.held_out_fraction, 0, ops)
+        tokenizer = toy_tokenizer(train, repo_train)  # training text only
     torch.set_num_threads(1)
     results: dict[str, dict[str, Any]] = {}
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:

@@ -127,6 +127,26 @@ def _cut_reason(
     return None
 
 
+@dataclass(frozen=True)
+class Forced:
+    """Text an action is made to start with, and its token ids."""
+
+    text: str
+    ids: tuple[int, ...]
+
+
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
+    """``text``'s token ids, without special tokens."""
+    return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _forced(ep: _Episode, prefix: Forced | None, room: int, max_context: int) -> Forced | None:
+    """``prefix`` when ``ep`` is at its env's last allowed step and the prefix fits, else None."""
+    if prefix is None or len(ep.steps) != ep.env.max_steps - 1:
+        return None
+    return prefix if len(ep.context) + len(prefix.ids) + room <= max_context else None
+
+
 def _record(
     ep: _Episode,
     sample: Sample,
@@ -134,6 +154,7 @@ def _record(
     obs_ids: list[int],
     cut: str | None,
     policy_s: float,
+    forced: Forced | None = None,
 ) -> StepRecord:
     k = len(ep.steps)
     reward = float(res.reward)
@@ -155,14 +176,16 @@ def _record(
     if cut is not None:
         info["cut"] = cut
         info["success"] = False
+    if forced is not None:  # the action began with tokens the policy did not sample
+        info["forced_prefix_tokens"] = len(forced.ids)
     return StepRecord(
         episode_id=ep.episode_id,
         step=k,
         task_id=ep.task.task_id,
         domain=ep.env.domain,
-        action_text=sample.text,
-        action_ids=list(sample.completion_ids),
-        action_logprobs=list(sample.logprobs),
+        action_text=(forced.text if forced else "") + sample.text,
+        action_ids=[*(forced.ids if forced else ()), *sample.completion_ids],
+        action_logprobs=None if forced else list(sample.logprobs),
         observation_text=res.obs,
         observation_ids=obs_ids,
         reward=reward,
@@ -185,8 +208,15 @@ def policy_episodes(
     max_context: int,
     episode_timeout_s: float | None = None,
     workers: int | None = None,
+    final_prefix: str | None = None,
 ) -> list[Trajectory]:
     """Run one episode of the policy per ``(envs[i], tasks[i])``, in lockstep; see the module docstring.
+
+    ``final_prefix`` (an evaluation control, never for training): the last step an env allows
+    (``env.max_steps``) starts with this text, and the policy completes it; e.g. the opening of a
+    report call forces every episode that reaches the step limit to end with a report. Such a step's
+    ``action_logprobs`` is None (its first tokens were not sampled) and its ``info`` names how many
+    tokens were forced; a step without room in the context for the prefix is not forced.
 
     ``envs`` must be distinct objects (each holds one episode's state); they are reset here and left
     open. Returns the episodes in input order, each validated. Raises ``ValueError`` when the lengths
@@ -207,6 +237,7 @@ def policy_episodes(
         for i, (env, task) in enumerate(zip(envs, tasks, strict=True))
     ]
     eot = ChatFormat.for_tokenizer(tokenizer).end_of_turn_ids
+    prefix = Forced(final_prefix, encode_text(tokenizer, final_prefix)) if final_prefix else None
     with ThreadPoolExecutor(max_workers=workers or len(episodes)) as pool:
         list(pool.map(lambda ep: _reset(ep, tokenizer, sampling.seed), episodes))
         for ep in episodes:
@@ -219,14 +250,17 @@ def policy_episodes(
         while running := [ep for ep in episodes if not ep.done]:
             cfg = sampling.model_copy(update={"seed": sampling.seed + turn * len(episodes)})
             t0 = time.perf_counter()
-            samples = generate(model, tokenizer, [ep.context for ep in running], cfg)
+            forced = [_forced(ep, prefix, room, max_context) for ep in running]
+            contexts = [ep.context + list(f.ids if f else ()) for ep, f in zip(running, forced, strict=True)]
+            samples = generate(model, tokenizer, contexts, cfg)
             policy_s = (time.perf_counter() - t0) / len(running)
-            results = list(pool.map(_step, [ep.env for ep in running], [s.text for s in samples]))
-            for ep, sample, res in zip(running, samples, results, strict=True):
+            actions = [(f.text if f else "") + s.text for s, f in zip(samples, forced, strict=True)]
+            results = list(pool.map(_step, [ep.env for ep in running], actions))
+            for ep, sample, res, f, context in zip(running, samples, results, forced, contexts, strict=True):
                 obs_ids = observation_ids(tokenizer, res.obs, role="tool", ended=_closed(eot, sample))
-                ep.context = ep.context + list(sample.completion_ids) + obs_ids
+                ep.context = context + list(sample.completion_ids) + obs_ids
                 cut = _cut_reason(ep, res, len(ep.context), room, max_context, episode_timeout_s)
-                ep.steps.append(_record(ep, sample, res, obs_ids, cut, policy_s))
+                ep.steps.append(_record(ep, sample, res, obs_ids, cut, policy_s, f))
                 ep.done = res.terminated or res.truncated or cut is not None
             turn += 1
     return [Trajectory(ep.steps).validate() for ep in episodes]
