@@ -150,7 +150,8 @@ def test_result_json_has_every_cell_with_how_it_was_measured(run: tuple[Path, st
     )  # committed coding_learn
     assert table["single_step_rl"]["ops_analysis"]["value"] is None
     assert data["questions"]["coding"]["trustworthy"]["value"] == 1.0
-    assert data["questions"]["ops_analysis"]["trustworthy"]["value"] < 8.0
+    trust = data["questions"]["ops_analysis"]["trustworthy"]  # the probe suite: best degenerate success
+    assert trust["value"] <= 0.05 and trust["held"] is True
     # the ops RL numbers come from the ops-learn result (RL 7/8 - SFT 1/8 = 75 points over 0.5 CPU-h),
     # the non-flat groups from the transfer summary's scratch arm
     assert table["tool_use"]["ops_analysis"]["value"] == pytest.approx(75.0)
@@ -193,6 +194,10 @@ def test_report_is_written(run: tuple[Path, str, float]) -> None:
     assert "domain table" in md and "How each number was measured" in md
     assert "The transfer experiment" in md and "0, 32, never" in md
     assert (out / "report.html").is_file() and (out / "figures" / "throughput.png").is_file()
+    assert "The settings of the two domains' multi-turn experiments" in md
+    rows = {r["setting"]: r for r in json.loads((out / "result.json").read_text())["domain_settings"]}
+    assert rows["RL episodes"]["coding"] == rows["RL episodes"]["ops"] == "1024"  # the committed runs
+    assert rows["advantage"]["why they differ"].startswith("ops: per-turn credit")
     assert json.loads((out / "config.json").read_text())["replays"] == 3
 
 

@@ -32,6 +32,8 @@ from pydantic import Field
 
 from transferlab.coding_rl.measures import measure_coding
 from transferlab.comparison.measures import measure_offline
+from transferlab.comparison.settings import SOURCES as SETTINGS_SOURCES
+from transferlab.comparison.settings import settings_table
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_json, read_json_object
 from transferlab.platform.measures import (
@@ -152,6 +154,7 @@ class CompareResult:
     transfer: list[dict[str, str]] = field(default_factory=list)  # one row per arm, from the summary
     transfer_source: str = ""
     matched: dict[str, Any] = field(default_factory=dict)  # arms, comparisons, seeds, sources
+    domain_settings: list[dict[str, str]] = field(default_factory=list)  # comparison.settings rows
     command: str = "transferlab compare"
     wall_s: float = 0.0
     run_dir: Path | None = None
@@ -176,6 +179,7 @@ class CompareResult:
             "throughput": {k: {str(w): r for w, r in v.items()} for k, v in self.throughput.items()},
             "transfer": self.transfer,
             "transfer_source": self.transfer_source,
+            "domain_settings": self.domain_settings,
             "wall_s": self.wall_s,
         }
 
@@ -573,6 +577,7 @@ def run_compare(
     sections["campaign_offline"] = measure_offline(config.results_dir, sections["market"]["table"], say)
     measure_transfer(config, result, say)
     result.matched = matched_results(config.results_dir, {"ops_learn/seven_seeds": config.ops_learn_result})
+    result.domain_settings = settings_table(config.results_dir)
     result.table = {
         p: {f: sections[f]["table"].get(p) or not_measured(f"{f} has no such task") for f in FAMILIES}
         for p in PROPERTIES
@@ -693,6 +698,14 @@ def write_report(result: CompareResult, out: Path) -> Any:
     missing = result.matched.get("sources", {}).get("missing", [])
     if missing:
         report.paragraph("Not found, so not in this table: " + ", ".join(missing) + ".")
+    if result.domain_settings:
+        report.heading("The settings of the two domains' multi-turn experiments")
+        report.table(result.domain_settings)
+        report.paragraph(
+            "Read from each result's settings ("
+            + ", ".join(f"{d}: {f}/result.json" for d, f in SETTINGS_SOURCES.items())
+            + "); where the domains differ, the last column says why."
+        )
     report.heading("Four questions before RL (seed 004)")
     report.table(
         [

@@ -303,7 +303,8 @@ def _pooled(diagnoses: Sequence[dict[str, Any]]) -> dict[str, Any]:
         f"{k}_share": total[k] / eps for k in ("reported", "cause_named", "false_blame", "evidence_half")
     }
     # success = reported x success given a report: which of the two a gain comes from
-    shares["success_given_report"] = total["success"] / max(total["reported"], 1)
+    if "success" in total:  # diagnoses saved before success was counted have no such share
+        shares["success_given_report"] = total["success"] / max(total["reported"], 1)
     return {**total, "format": total["actions_ok"] / max(total["actions"], 1), **shares}
 
 
