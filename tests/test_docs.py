@@ -44,3 +44,21 @@ def test_the_review_guide_shows_the_readmes_tested_walkthrough() -> None:
     block = re.search(r"```bash\n(.*?)```", guide, re.S)
     assert block is not None
     assert [line for line in block.group(1).splitlines() if line.strip()] == review_block()
+
+
+def test_every_committed_result_states_its_scored_and_tuning_split() -> None:
+    import json
+
+    paths = sorted((ROOT / "docs" / "results").rglob("result.json"))
+    assert len(paths) >= 20
+    for path in paths:
+        data = json.loads(path.read_text())
+        assert data.get("scored_split") and data.get("tuned_on"), path
+
+
+def test_every_pilot_page_says_which_split_its_figures_come_from() -> None:
+    pages = [p for p in sorted((ROOT / "docs" / "pilots").glob("*.md")) if p.name != "README.md"]
+    assert pages
+    for page in pages:
+        text = page.read_text()
+        assert "**Splits.**" in text and "no figure here comes from" in text, page

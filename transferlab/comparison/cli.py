@@ -167,6 +167,7 @@ def probes(
         result: dict[str, Any] = {
             "experiment": "ops-probes",
             "scored_split": split.value,
+            "tuned_on": "validation",  # the rubric and the scenario ranges were fixed on validation runs
             "tasks": tasks,
             "limits": {k: {"op": op, "rate": v} for k, (op, v) in LIMITS.items()},
             "held": ok,
