@@ -580,7 +580,7 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
 
 def comparison(ctx: DemoContext) -> dict[str, Any]:
     """The coding-vs-ecommerce domain table measured (``transferlab compare``, ``quick`` preset),
-    after the scripted agents on a few held-out OpsAnalysis-v0 tasks."""
+    after the scripted agents on a few validation OpsAnalysis-v0 tasks."""
     from transferlab.comparison.compare import PRESETS, run_compare, table_text
     from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, task_ids
     from transferlab.simulator.ops.measures import ops_episode
@@ -588,10 +588,10 @@ def comparison(ctx: DemoContext) -> dict[str, Any]:
     agents = {"expert": ExpertAgent(), "naive": NaiveAgent(), "random": RandomAgent(seed=0)}
     ops: dict[str, float] = {}
     for name, agent in agents.items():
-        episodes = [ops_episode(t, agent) for t in task_ids("held_out", 3)]
+        episodes = [ops_episode(t, agent) for t in task_ids("validation", 3)]
         ops[name] = sum(float(e["info"].get("report_score", 0.0)) for e in episodes) / len(episodes)
     ctx.console.print(
-        "OpsAnalysis-v0, mean rubric score (0-10) of the report on 3 held-out tasks: "
+        "OpsAnalysis-v0, mean rubric score (0-10) of the report on 3 validation tasks: "
         + ", ".join(f"{k} {v:.1f}" for k, v in ops.items()),
         highlight=False,
     )
