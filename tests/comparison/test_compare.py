@@ -250,9 +250,9 @@ def test_the_transfer_section_takes_the_seed_clustered_figures_when_result_json_
     )
     assert "clustered by seed" in clustered.transfer_source
     text = clustered.transfer_source.replace("\u2212", "-")
-    assert "transfer - scratch: pipeline ran, no detectable change: -50.0 points" in text
-    assert "(MDE " in text
-    assert "2 seed clusters" in clustered.transfer_source
+    # both seeds lose exactly 50 points: a t-interval over the 2 seeds of zero width
+    assert "transfer - scratch: worse: -50.0 points [-50.0, -50.0]" in text
+    assert "95% t-interval over 2 seeds" in clustered.transfer_source
 
 
 def test_a_pooled_ops_result_takes_its_gain_and_the_first_run_of_the_preset_its_time(tmp_path: Path) -> None:

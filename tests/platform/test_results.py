@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from transferlab.platform.results import (
@@ -55,13 +56,29 @@ def result(**changes: object) -> Result:
     return Result.model_validate(data)
 
 
-def test_a_seed_clustered_comparison_is_the_clustered_bootstrap_with_its_mde() -> None:
+def test_a_seed_clustered_comparison_is_a_t_interval_on_per_seed_differences() -> None:
     c = comparison("grpo - sft", SFT, SEEDS, RL, SEEDS, cluster="seed", paired=True)
-    iv = clustered_bootstrap_diff_ci(SFT, SEEDS, RL, SEEDS, paired=True, seed=0)
-    assert c.estimate == pytest.approx(sum(RL) / 9 - sum(SFT) / 9)
-    assert c.ci == (iv.low, iv.high)
+    # per seed, mean(RL) - mean(SFT): 1/6, 1/12, 1/12; mean 1/9, sd 0.0481, t(0.975, 2) = 4.3027
+    diffs = [1 / 6, 1 / 12, 1 / 12]
+    sd = float(np.std(diffs, ddof=1))
+    half = 4.302653 * sd / np.sqrt(3)
+    assert c.estimate == pytest.approx(sum(RL) / 9 - sum(SFT) / 9) == pytest.approx(1 / 9)
+    assert c.ci == pytest.approx((1 / 9 - half, 1 / 9 + half), abs=1e-6)
     assert c.n_clusters == 3 and c.cluster == "seed"
-    assert c.mde == pytest.approx(mde(iv.low, iv.high))
+    assert c.mde == pytest.approx((4.302653 + 1.060660) * sd / np.sqrt(3), abs=1e-6)
+    with pytest.raises(ValueError, match="pass paired=True"):
+        comparison("grpo - sft", SFT, SEEDS, RL, SEEDS, cluster="seed", paired=False)
+
+
+def test_other_clusters_are_the_conditional_bootstrap_and_say_so() -> None:
+    pairs = list(zip(SEEDS, TASKS, strict=True))
+    c = comparison("grpo - sft", SFT, pairs, RL, pairs, cluster="seed+task", paired=True)
+    codes = list(range(9))
+    iv = clustered_bootstrap_diff_ci(SFT, codes, RL, codes, paired=True, seed=0)
+    assert c.ci == (iv.low, iv.high) and c.conditional
+    line = c.sentence()
+    assert line.startswith("grpo - sft, conditional on these trained policies: +11.1 points")
+    assert "improved" not in line and "no detectable change" not in line
 
 
 def test_seed_task_clusters_are_pairs_and_count_every_pair() -> None:
@@ -75,7 +92,7 @@ def test_seed_task_clusters_are_pairs_and_count_every_pair() -> None:
 
 def test_unpaired_comparison_counts_the_smaller_side() -> None:
     c = comparison(
-        "a - b", [0.0, 1.0, 0.5, 0.5], [0, 0, 1, 1], [1.0, 0.0, 1.0], [5, 6, 7], cluster="seed", paired=False
+        "a - b", [0.0, 1.0, 0.5, 0.5], [0, 0, 1, 1], [1.0, 0.0, 1.0], [5, 6, 7], cluster="task", paired=False
     )
     assert c.n_clusters == 2
 
@@ -98,14 +115,17 @@ def test_a_comparison_straddling_zero_is_never_called_improved() -> None:
     assert c.verdict == "no detectable change"
     line = c.sentence()
     assert line.startswith("grpo - sft: pipeline ran, no detectable change: +13.9 points")
-    assert "MDE 21.6 points" in line and "3 seed clusters" in line
+    assert "MDE 21.6 points" in line and "95% t-interval over 3 seeds" in line
     assert "improved" not in line
 
 
-def test_estimate_is_a_seed_clustered_interval_around_the_mean() -> None:
+def test_estimate_is_a_t_interval_over_the_seed_means() -> None:
     e = estimate(RL, SEEDS)
+    means = [1.25 / 3, 1.75 / 3, 1.0 / 3]
+    half = 4.302653 * float(np.std(means, ddof=1)) / np.sqrt(3)
     assert e.estimate == pytest.approx(sum(RL) / 9)
-    assert e.ci[0] <= e.estimate <= e.ci[1]
+    assert e.ci == pytest.approx((sum(RL) / 9 - half, sum(RL) / 9 + half), abs=1e-6)
+    assert estimate([0.2, 0.4], [0, 0]).ci == (pytest.approx(0.3), pytest.approx(0.3))  # one seed
 
 
 def test_write_then_read_round_trips(tmp_path: Path) -> None:
@@ -162,16 +182,17 @@ def test_a_paired_comparison_differences_item_by_item() -> None:
     b = [11.0, -4.0, 31.0, 10.0, 2.0, -18.0]
     seeds = [0, 0, 0, 1, 1, 1]
     c = paired_comparison("b - a", a, b, seeds, cluster="seed")
+    # the unit is the seed: per-seed mean differences 1 and 2, a t-interval with 1 degree of freedom
+    half = 12.706205 * float(np.std([1.0, 2.0], ddof=1)) / np.sqrt(2)
     assert c.estimate == pytest.approx(1.5) and c.n_clusters == 2
-    # the bootstrap draws seeds: every replicate is 1, 1.5 or 2
-    assert c.ci[0] >= 1.0 - 1e-12 and c.ci[1] <= 2.0 + 1e-12
-    assert c.mde == pytest.approx(mde(*c.ci))
-    # unpaired (clusters paired, items not) the shared noise of the futures swamps the difference
-    loose = comparison("b - a", a, seeds, b, seeds, cluster="seed", paired=True)
-    assert loose.ci[1] - loose.ci[0] > 10 * (c.ci[1] - c.ci[0])
-    episodes = paired_comparison(
-        "b - a", a, b, list(zip(seeds, range(6), strict=True)), cluster="seed+episode"
-    )
-    assert episodes.n_clusters == 6
+    assert c.ci == pytest.approx((1.5 - half, 1.5 + half), abs=1e-5)
+    # conditional on the policies, items paired by future: every replicate lies between 1 and 2
+    pairs = list(zip(seeds, range(6), strict=True))
+    episodes = paired_comparison("b - a", a, b, pairs, cluster="seed+episode")
+    assert episodes.n_clusters == 6 and episodes.conditional
+    assert episodes.ci[0] >= 1.0 - 1e-12 and episodes.ci[1] <= 2.0 + 1e-12
+    # the futures drawn independently for the two sides: their shared noise swamps the difference
+    loose = comparison("b - a", a, pairs, b, pairs, cluster="seed+episode", paired=False)
+    assert loose.ci[1] - loose.ci[0] > 10 * (episodes.ci[1] - episodes.ci[0])
     with pytest.raises(ValueError, match="one a, one b and one cluster label per item"):
         paired_comparison("x", a, b[:-1], seeds, cluster="seed")

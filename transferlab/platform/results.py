@@ -9,10 +9,13 @@ The schema (docs/science.md point 8)::
      "comparisons": [{"name": "grpo - sft", "estimate": 0.05, "ci": [-0.04, 0.13], "cluster": "seed",
                       "n_clusters": 3, "mde": 0.12}]}
 
-A comparison's ``estimate`` is ``b - a`` (the name says which), its interval a clustered bootstrap
-(:func:`~transferlab.platform.stats.clustered_bootstrap_diff_ci`) with the seed, the task or the
-(seed, task) pair as the cluster, and ``mde`` the minimum detectable effect at that interval's width
-(:func:`~transferlab.platform.stats.mde`), so a null says what it can rule out.
+A comparison's ``estimate`` is ``b - a`` (the name says which). Clustered by ``seed`` (the unit of a
+claim about a training method) its interval is a t-interval on the per-seed paired differences with
+k - 1 degrees of freedom (:func:`~transferlab.platform.stats.t_interval`) and ``mde`` the minimum
+detectable effect from t quantiles (:func:`~transferlab.platform.stats.t_mde`); clustered by the task,
+the (seed, task) or (seed, episode) pair it is a two-stage bootstrap
+(:func:`~transferlab.platform.stats.clustered_bootstrap_diff_ci`) that holds the trained policies
+fixed: conditional on them, never a verdict on the method (``docs/guide/methods.md``).
 
 >>> c = comparison("grpo - sft", [0.2, 0.4, 0.3, 0.5], [0, 0, 1, 1], [0.3, 0.5, 0.4, 0.6], [0, 0, 1, 1],
 ...                cluster="seed", paired=True)
@@ -32,7 +35,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from transferlab.platform.io import atomic_write_json
-from transferlab.platform.stats import Interval, clustered_bootstrap_ci, clustered_bootstrap_diff_ci, mde
+from transferlab.platform.stats import (
+    Interval,
+    cluster_means,
+    clustered_bootstrap_ci,
+    clustered_bootstrap_diff_ci,
+    mde,
+    seed_differences,
+    t_interval,
+    t_mde,
+)
 from transferlab.platform.stats import verdict as _verdict
 from transferlab.platform.stats import verdict_sentence as _verdict_sentence
 
@@ -45,6 +57,7 @@ __all__ = [
     "Result",
     "ResultError",
     "comparison",
+    "conditional_estimate",
     "estimate",
     "read_result",
     "write_result",
@@ -111,12 +124,27 @@ class Comparison(BaseModel):
         """``improved`` / ``worse`` only when the interval excludes zero (see :func:`stats.verdict`)."""
         return _verdict(self.estimate, self.ci, self.mde)
 
+    @property
+    def conditional(self) -> bool:
+        """True for an interval that holds the trained policies fixed (any cluster but the seed): it
+        says how precisely these policies were scored, not whether the method works."""
+        return self.cluster != "seed"
+
     def sentence(self, *, unit: str = "points", scale: float = 100) -> str:
         """E.g. ``"grpo - sft: pipeline ran, no detectable change: +1.2 points [−6.0, 8.4] (MDE 10.3
-        points)"`` plus the clustering, ``"; 95% interval over 3 seed clusters"``."""
-        line = _verdict_sentence(self.estimate, self.ci, self.mde, unit=unit, scale=scale, name=self.name)
+        points); 95% t-interval over 3 seeds"``; a conditional interval carries no verdict:
+        ``"grpo - sft, conditional on these trained policies: +1.2 points [−2.0, 4.4]; 95% bootstrap
+        interval over 360 seed+task clusters"``."""
         plural = "s" if self.n_clusters != 1 else ""
-        return f"{line}; 95% interval over {self.n_clusters} {self.cluster} cluster{plural}"
+        if self.conditional:
+            low, high = (_signed_points(v, scale) for v in self.ci)
+            figure = f"{_signed_points(self.estimate, scale, plus=True)} {unit} [{low}, {high}]"
+            return (
+                f"{self.name}, conditional on these trained policies: {figure}; 95% bootstrap interval "
+                f"over {self.n_clusters} {self.cluster} cluster{plural}"
+            )
+        line = _verdict_sentence(self.estimate, self.ci, self.mde, unit=unit, scale=scale, name=self.name)
+        return f"{line}; 95% t-interval over {self.n_clusters} seed{plural}"
 
 
 class Result(BaseModel):
@@ -152,9 +180,39 @@ def _encode(a: Sequence[Hashable], b: Sequence[Hashable]) -> tuple[list[int], li
 
 
 def estimate(values: Sequence[float], clusters: Sequence[Hashable], *, seed: int = 0) -> Estimate:
-    """The mean of ``values`` with a 95% bootstrap interval clustered by ``clusters`` (e.g. the seed)."""
+    """The mean over clusters (e.g. seeds) of each cluster's mean, with a 95% t-interval over the
+    clusters (zero width with one cluster). ``seed`` is kept for callers; the interval is exact."""
+    del seed
+    codes, _, _, _ = _encode(clusters, [])
+    return Estimate.of(t_interval(list(cluster_means(values, codes).values())))
+
+
+def conditional_estimate(values: Sequence[float], clusters: Sequence[Hashable], *, seed: int = 0) -> Estimate:
+    """The mean of ``values`` with a two-stage bootstrap interval over ``clusters`` (e.g. (seed, task)
+    pairs): conditional on the trained policies, for describing them, never for a verdict."""
     codes, _, _, _ = _encode(clusters, [])
     return Estimate.of(clustered_bootstrap_ci(values, codes, seed=seed))
+
+
+def _signed_points(value: float, scale: float, plus: bool = False) -> str:
+    text = f"{abs(value * scale):.1f}"
+    sign = "\u2212" if value < 0 and float(text) != 0.0 else "+" if plus else ""
+    return f"{sign}{text}"
+
+
+def _seed_comparison(name: str, diffs: Sequence[float]) -> Comparison:
+    """A comparison from per-seed paired differences: t-interval, t-quantile MDE."""
+    interval = t_interval(diffs)
+    k = len(diffs)
+    width = interval.high > interval.low
+    return Comparison(
+        name=name,
+        estimate=interval.estimate,
+        ci=(interval.low, interval.high),
+        cluster="seed",
+        n_clusters=k,
+        mde=t_mde(interval.low, interval.high, k) if width and k >= 2 else 0.0,
+    )
 
 
 def comparison(
@@ -168,14 +226,21 @@ def comparison(
     paired: bool,
     seed: int = 0,
 ) -> Comparison:
-    """``mean(b) - mean(a)`` with a two-stage bootstrap interval clustered by the given labels.
+    """``b - a`` by the labels' kind.
 
-    For ``cluster="seed"`` the labels are seeds and the items in a cluster that seed's per-task
-    values; for ``"seed+task"`` each label is a ``(seed, task)`` pair; for ``"task"`` the task.
-    ``paired=True`` (both sides ran on the same seeds / tasks) draws the same clusters for both sides
-    each replicate. ``n_clusters`` is the number of clusters per side (the smaller side's when they
-    differ); with fewer than about 5 the percentile interval is too narrow, and so is the MDE.
+    ``cluster="seed"`` (labels are seeds, items a seed's per-task values): each seed's paired
+    difference ``mean(b_s) - mean(a_s)`` on its own tasks, then a t-interval over the seeds
+    (``paired`` must be True: both arms trained from the same seeds). Any other cluster (``"task"``,
+    ``"seed+task"``, ``"seed+episode"``): a two-stage bootstrap that draws the same clusters for both
+    sides when ``paired``; it is conditional on the trained policies (:attr:`Comparison.conditional`).
     """
+    if cluster == "seed":
+        if not paired:
+            raise ValueError(
+                "a seed-clustered comparison pairs each seed's arms (both trained from that seed): "
+                "pass paired=True, or cluster by task for unrelated runs"
+            )
+        return _seed_comparison(name, seed_differences(a_values, a_clusters, b_values, b_clusters))
     ea, eb, ka, kb = _encode(a_clusters, b_clusters)
     interval = clustered_bootstrap_diff_ci(a_values, ea, b_values, eb, paired=paired, seed=seed)
     return Comparison(
@@ -208,6 +273,8 @@ def paired_comparison(
         )
     diffs = [float(b) - float(a) for a, b in zip(a_values, b_values, strict=True)]
     codes, _, k, _ = _encode(clusters, [])
+    if cluster == "seed":  # per-seed means of the item differences, a t-interval over the seeds
+        return _seed_comparison(name, list(cluster_means(diffs, codes).values()))
     interval = clustered_bootstrap_ci(diffs, codes, seed=seed)
     return Comparison(
         name=name,

@@ -117,7 +117,7 @@ def test_ablation_comparisons_say_pipeline_ran_when_the_interval_straddles_zero(
     held = {  # per seed, per task; kl beats baseline on some tasks and loses on others
         "sft": [[0.0, 0.25], [0.25, 0.25], [0.0, 0.5]],
         "baseline": [[0.25, 0.5], [0.5, 0.25], [0.25, 0.5]],
-        "kl": [[0.5, 0.25], [0.25, 0.5], [0.5, 0.25]],
+        "kl": [[0.5, 0.5], [0.25, 0.25], [0.25, 0.5]],  # per seed +0.125, -0.125, 0 against baseline
         "unmasked": [[0.0, 0.0], [0.25, 0.0], [0.0, 0.25]],
     }
     results = {
@@ -131,7 +131,7 @@ def test_ablation_comparisons_say_pipeline_ran_when_the_interval_straddles_zero(
     line = kl.sentence()
     assert "pipeline ran, no detectable change" in line and "MDE" in line and "improved" not in line
     assert result.arms["kl"].model_extra == {
-        "per_seed": [0.375, 0.375, 0.375],
+        "per_seed": [0.5, 0.25, 0.375],
         "kl_to_sft": 0.125,
         "observation_nll": 2.0,
         "observation_nll_sft": 2.5,

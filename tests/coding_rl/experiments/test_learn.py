@@ -40,7 +40,7 @@ def test_a_run_whose_interval_straddles_zero_says_pipeline_ran_with_its_mde() ->
     # the committed +13.9 points with its seed-clustered interval, which includes zero
     line = verdict(comparison(0.139, -0.012, 0.29))
     assert "pipeline ran, no detectable change: +13.9 points [\u22121.2, 29.0] (MDE 21.6 points)" in line
-    assert "3 seed clusters" in line
+    assert "95% t-interval over 3 seeds" in line
     assert "improved" not in line
 
 
@@ -153,3 +153,8 @@ def test_report_rows_show_the_mde_and_say_unknown_for_a_zero_width_interval() ->
     assert rows[0]["MDE (points)"] == "unknown"
     assert rows[1]["MDE (points)"] == f"{mde(-0.1, 0.3) * 100:.1f}" == "28.6"
     assert rows[1]["verdict"].startswith("pipeline ran")
+    pairs = Comparison(
+        name="rl - sft", estimate=0.1, ci=(0.05, 0.15), cluster="seed+task", n_clusters=9, mde=0.07
+    )
+    [row] = comparison_rows(result.model_copy(update={"comparisons": [pairs]}))
+    assert row["verdict"] == "conditional on these policies" and row["MDE (points)"] == "-"

@@ -292,7 +292,7 @@ def held_out(results: Mapping[str, Mapping[str, Any]], arm: str, seeds: Sequence
 
 
 def seed_estimate(data: HeldOut) -> Estimate:
-    """The mean with a 95% interval clustered by seed (tasks resampled within each drawn seed)."""
+    """The mean of the seed means with a 95% t-interval over the seeds."""
     return estimate(data.values, data.seeds)
 
 
@@ -327,8 +327,13 @@ def comparison_rows(result: Result) -> list[dict[str, Any]]:
             "clusters": f"{c.n_clusters} x {c.cluster}",
             "difference (points)": f"{c.estimate * 100:+.1f} [{c.ci[0] * 100:+.1f}, {c.ci[1] * 100:+.1f}]",
             # a zero-width interval (every cluster equal) says nothing about the detectable size
-            "MDE (points)": f"{c.mde * 100:.1f}" if c.ci[1] > c.ci[0] else "unknown",
-            "verdict": _VERDICT_WORDS[c.verdict],
+            "MDE (points)": "-"
+            if c.conditional
+            else f"{c.mde * 100:.1f}"
+            if c.ci[1] > c.ci[0]
+            else "unknown",
+            # an interval over (seed, task) pairs holds the trained policies fixed: no verdict on the method
+            "verdict": "conditional on these policies" if c.conditional else _VERDICT_WORDS[c.verdict],
         }
         for c in result.comparisons
     ]
