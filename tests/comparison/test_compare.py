@@ -163,6 +163,7 @@ def test_result_json_has_every_cell_with_how_it_was_measured(run: tuple[Path, st
     assert objectivity["human"]["n"] == 8 and "Spearman 0.75" in objectivity["how"]
     assert data["transfer"][0]["episodes to 30%"] == "0, 32, never"
     assert data["transfer"][0]["query_before_concluding (SFT -> end)"] == "0.60 -> 0.80"
+    assert data["provenance"]["command"] == data["command"] and "git_commit" in data["provenance"]
 
 
 def test_result_json_is_in_the_shared_schema_with_matched_comparisons(run: tuple[Path, str, float]) -> None:

@@ -193,6 +193,9 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     assert forced is not None and "success_given_report" in forced["diagnosis"]
     assert forced["diagnosis"]["reported"] >= (result.arms["sft"].model_extra or {})["diagnosis"]["reported"]
     assert result.model_extra is not None and result.model_extra["scored_split"] == "validation"
+    prov = result.model_extra["provenance"]  # where the result came from, written with it
+    assert prov["command"] == result.command and prov["wall_s"] > 0 and "torch" in prov["packages"]
+    assert {"git_commit", "git_dirty", "machine", "torch_threads"} <= set(prov)
     assert (report / "figures" / "curve_success.png").is_file()
 
     sft_result = run_dir / "arms" / "sft-seed0" / "result.json"

@@ -291,6 +291,7 @@ def test_the_protocol_runs_on_two_world_seeds_and_the_fit_lowers_its_cost(
         fits=fits,
     )
     assert summary["calibration_method"] == "policies" and summary["world_episodes_evaluation"] == 8
+    assert summary["provenance"]["command"] == summary["command"] and summary["provenance"]["wall_s"] > 0
     assert summary["calibration_fits"] == fits
     last = LearnedSimulator.load(tmp_path / "calibrated_sim").report["calibration"][-1]
     assert len(last.get("fits", [None])) == fits

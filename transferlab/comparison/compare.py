@@ -47,6 +47,7 @@ from transferlab.platform.measures import (
     not_measured,
     per_cost,
 )
+from transferlab.platform.provenance import provenance
 from transferlab.simulator.measures import SECONDS_PER_DAY, measure_campaign
 from transferlab.simulator.ops.measures import measure_ops
 
@@ -181,6 +182,7 @@ class CompareResult:
             "transfer_source": self.transfer_source,
             "domain_settings": self.domain_settings,
             "wall_s": self.wall_s,
+            "provenance": provenance(self.command, self.wall_s),
         }
 
 

@@ -16,6 +16,7 @@ check, ``--preset cpu`` for the committed report).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from transferlab.offline.learners import DISCRETE, LEARNERS
 from transferlab.offline.train import OfflineTrainConfig, train_learners
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_json
+from transferlab.platform.provenance import provenance
 from transferlab.platform.reports import Curve
 from transferlab.platform.results import Comparison, paired_comparison
 from transferlab.simulator.market import CATALOG
@@ -227,6 +229,7 @@ def run_comparison(
     ``obd`` (the random and the Bernoulli-TS Open Bandit logs of one campaign) adds the real-data
     OPE protocol, both directions, to the report.
     """
+    started = time.perf_counter()
     import torch
 
     quiet_d3rlpy()
@@ -281,6 +284,7 @@ def run_comparison(
             progress("Open Bandit Dataset: both directions", 1.0)
         result["obd"] = ope_obd(load_obd(obd[0]), load_obd(obd[1]), seed=config.seeds[0])
         result["obd_files"] = [str(obd[0]), str(obd[1])]
+    result["provenance"] = provenance(str(result["command"]), time.perf_counter() - started)
     atomic_write_json(out / "result.json", result)
     write_comparison_report(config, dataset, main, sweep, out, obd=result.get("obd"), paired=result)
     return result

@@ -2,8 +2,10 @@
 package versions and wall time, as one dict a ``result.json`` keeps under ``provenance``.
 
 >>> p = provenance("transferlab ops probes --split test", wall_s=1.5)
->>> sorted(p)
-['command', 'cpu_count', 'git_commit', 'git_dirty', 'machine', 'packages', 'python', 'wall_s']
+>>> sorted(p)[:5]
+['command', 'cpu_count', 'git_commit', 'git_dirty', 'machine']
+>>> sorted(p)[5:]
+['packages', 'python', 'torch_threads', 'wall_s']
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import functools
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -68,5 +71,12 @@ def provenance(command: str, wall_s: float) -> dict[str, Any]:
         "machine": f"{platform.system()} {platform.machine()}",
         "cpu_count": os.cpu_count(),
         "packages": package_versions(),
+        "torch_threads": _torch_threads(),
         "wall_s": round(wall_s, 1),
     }
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op threads when torch is loaded (a result's numbers can depend on them)."""
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else None

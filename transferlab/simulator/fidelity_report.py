@@ -23,6 +23,7 @@ with the command that made it, and the calibrated simulator under ``calibrated_s
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from transferlab.platform.io import atomic_write_json
+from transferlab.platform.provenance import provenance
 from transferlab.platform.reports import Report
 from transferlab.simulator.calibration import (
     OFFER_SHRINKAGE,
@@ -130,6 +132,7 @@ def run_fidelity(
     ``campaigns`` shifts each action's offer by its campaigns' orders, then matches the shop's GMV and
     profit (:func:`calibrate`, :func:`calibrate_economics`; ``offer_shrinkage`` applies to it).
     ``fits`` (``policies`` only): independent fits whose shifts are averaged."""
+    started = time.perf_counter()
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"calibration method {method!r} is not one of {CALIBRATION_METHODS}")
     if fits != 1 and method != "policies":
@@ -231,6 +234,7 @@ def run_fidelity(
     _write_report(out, before, after, summary, calibrated)
     calibrated.save(out / "calibrated_sim")
     atomic_write_json(out / "fidelity.json", summary)
+    summary["provenance"] = provenance(str(summary["command"]), time.perf_counter() - started)
     atomic_write_json(out / "result.json", summary)
     return summary
 

@@ -391,7 +391,11 @@ def _comparable(dumped: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_results(exp: Experiment, result: Result, report_dir: Path | None) -> None:
-    """``result.json`` in the run directory, and next to the report when there is a report directory."""
+    """``result.json`` in the run directory, and next to the report when there is a report directory,
+    with its provenance (commit, dirty flag, command, machine, packages, threads, wall time)."""
+    from transferlab.platform.provenance import provenance
+
+    result = result.model_copy(update={"provenance": provenance(result.command, exp.elapsed_s())})
     write_result(exp.run.dir, result)
     if report_dir is not None:
         write_result(report_dir, result)
