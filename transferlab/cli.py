@@ -60,8 +60,13 @@ runs_app = typer.Typer(
     name="runs", help="Inspect the run store.", no_args_is_help=True, rich_markup_mode=None
 )
 
+results_app = typer.Typer(
+    name="results", help="Check the committed results.", no_args_is_help=True, rich_markup_mode=None
+)
+
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(runs_app, name="runs")
+app.add_typer(results_app, name="results")
 app.add_typer(coding_app, name="coding")
 app.add_typer(sim_app, name="sim")
 app.add_typer(offline_app, name="offline")
@@ -237,6 +242,35 @@ def compare(
         return
     typer.echo(table_text(result))
     typer.echo(f"\nreport: {run_dir / 'report.md'} and {run_dir / 'report.html'} ({result.wall_s:.0f} s)")
+
+
+@results_app.command("check")
+def results_check(
+    root: Annotated[
+        Path, typer.Argument(help="The folder of committed results (every result.json below it).")
+    ] = Path("docs/results"),
+    strict: Annotated[
+        bool, typer.Option("--strict", help="A result without provenance fails too (not only listed).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+) -> None:
+    """Validate every result.json: schema, splits scored and tuned on, provenance. Exit 1 on a failure."""
+    from transferlab.platform.result_check import check_results, failures
+
+    if not root.is_dir():
+        fail(f"{root} is not a folder; pass the folder of committed results (e.g. docs/results)")
+    findings = check_results(root)
+    failed = failures(findings, strict)
+    n_files = len(list(root.rglob("result.json")))
+    if as_json:
+        typer.echo(json.dumps([f.__dict__ for f in findings], indent=1))
+    else:
+        for f in findings:
+            typer.echo(f"{f.level}: {f.path}: {f.message}")
+        legacy = sum(f.level == "legacy" for f in findings)
+        typer.echo(f"{n_files} results checked: {len(failed)} failing, {legacy} without provenance (legacy)")
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @runs_app.command("list")

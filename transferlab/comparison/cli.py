@@ -166,6 +166,7 @@ def probes(
         command = "transferlab " + shlex.join(args)
         result: dict[str, Any] = {
             "experiment": "ops-probes",
+            "command": command,
             "scored_split": split.value,
             "tuned_on": "validation",  # the rubric and the scenario ranges were fixed on validation runs
             "tasks": tasks,
