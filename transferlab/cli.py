@@ -273,6 +273,55 @@ def results_check(
         raise typer.Exit(EXIT_FAILED)
 
 
+@results_app.command("findings")
+def results_findings(
+    results_dir: Annotated[
+        Path, typer.Option("--results-dir", help="The folder of committed results.")
+    ] = Path("docs/results"),
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            help="Put the table between the findings markers of this file (README.md).",
+            show_default=False,
+        ),
+    ] = None,
+    check: Annotated[
+        Path | None,
+        typer.Option(
+            "--check", help="Exit 1 when this file's table differs from the results.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """README's findings table from the committed results: each claim's t-interval over its seeds."""
+    from transferlab.comparison.findings import findings_block, replace_block
+    from transferlab.platform.io import atomic_write_text
+
+    try:
+        block = findings_block(results_dir)
+    except ValueError as exc:
+        fail(str(exc))
+    for path in (p for p in (write, check) if p is not None):
+        if not path.is_file():
+            fail(f"{path} is not a file; pass the README that holds the findings markers")
+    if write is not None:
+        text = write.read_text(encoding="utf-8")
+        try:
+            atomic_write_text(write, replace_block(text, block))
+        except ValueError as exc:
+            fail(str(exc))
+        typer.echo(f"wrote the findings table into {write}")
+    elif check is not None:
+        text = check.read_text(encoding="utf-8")
+        if block not in text:
+            typer.echo(f"{check}: the findings table differs from the results; run `transferlab results "
+                       f"findings --write {check}`", err=True)  # fmt: skip
+            raise typer.Exit(EXIT_FAILED)
+        typer.echo(f"{check}: the findings table matches the results")
+    else:
+        typer.echo(block)
+
+
 @runs_app.command("list")
 def runs_list(
     experiment: Annotated[

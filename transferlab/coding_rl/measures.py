@@ -140,7 +140,7 @@ def coding_grader_agreement(pairs: Sequence[tuple[Any, str]], primary: Any, seco
     return Measure(
         share,
         "agree",
-        f"{len(pairs)} toy solutions and bugs graded by two independent sandboxes "
+        f"{len(pairs)} toy solutions and bugs graded by two backends of the sandbox (one verifier) "
         f"({primary.backend.name} vs {second.backend.name}); share of identical (status, passed) verdicts",
         {"n": len(pairs)},
     )
