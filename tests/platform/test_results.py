@@ -166,7 +166,7 @@ def test_the_schema_rejects_reversed_intervals_unknown_clusters_and_missing_figu
     with pytest.raises(ValueError, match="low <= high"):
         result(comparisons=[bad_ci])
     with pytest.raises(ValueError, match="cluster"):
-        result(comparisons=[{**base["comparisons"][0], "cluster": "episode"}])
+        result(comparisons=[{**base["comparisons"][0], "cluster": "world"}])
     with pytest.raises(ValueError, match="mde"):
         result(comparisons=[{k: v for k, v in base["comparisons"][0].items() if k != "mde"}])
     with pytest.raises(ValueError, match="n_episodes"):

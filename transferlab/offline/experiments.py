@@ -138,12 +138,14 @@ def _run_one(
     seed: int,
     progress: Progress | None,
 ) -> OfflineEvaluation:
-    """Train ``learners`` with ``seed`` on ``dataset`` and evaluate them; the evaluation's world futures
-    come from ``config.evaluation.seed`` alone, so every seed and policy meets the same futures."""
+    """Train ``learners`` with ``seed`` on ``dataset`` and evaluate them on the seed's own world futures
+    (``config.evaluation.seed + seed``): every policy of a seed meets the same futures (common random
+    numbers), and no two seeds share one, so the seeds are independent replications."""
     train_cfg = OfflineTrainConfig(learners=learners, steps=config.steps, seed=seed, dataset=DatasetConfig())
     learned, _ = train_learners(dataset, train_cfg, progress=_sub(progress, 0.0, 0.5))
+    evaluation = config.evaluation.model_copy(update={"seed": config.evaluation.seed + seed})
     return evaluate_learners(
-        logs, dataset, learned, config.evaluation, sim=simulator, progress=_sub(progress, 0.5, 1.0)
+        logs, dataset, learned, evaluation, sim=simulator, progress=_sub(progress, 0.5, 1.0)
     )
 
 
@@ -153,20 +155,41 @@ def _logs_and_dataset(config: ComparisonConfig, epsilon: float) -> tuple[list[An
 
 
 def paired_comparisons(evaluations: dict[int, OfflineEvaluation]) -> list[Comparison]:
-    """Every policy, and the selection, minus the behaviour policy and minus doing nothing, on the same
-    world futures (common random numbers): per-episode differences, intervals clustered by training
-    seed (primary) and by (seed, episode). ``selected`` is whatever the selection chose in each seed."""
+    """Every policy, and the selection, minus the behaviour policy and minus doing nothing, paired on
+    each seed's world futures (common random numbers).
+
+    The unit is the training seed (a t-interval over the seeds' mean differences); the (seed,
+    episode) bootstrap beside it is conditional on the trained policies. A pair of policies that no
+    seed changes (the same returns in every seed: the futures were shared) enters once, its futures as
+    the units. Picking the best of the k learners is corrected for: each learner's seed interval is
+    also given at ``1 - 0.05 / k`` (Bonferroni), named ``"... (Bonferroni over k learners)"``.
+    """
     first = next(iter(evaluations.values()))
     names = [r.name for r in first.rows] + ["selected"]
-    bases = [b for b in (first.behaviour, "no_campaign") if b in {r.name for r in first.rows}]
+    row_names = {r.name for r in first.rows}
+    bases = [b for b in (first.behaviour, "no_campaign") if b in row_names]
+    learners = [n for n in row_names if first.row(n).ope is not None]
 
     def returns(ev: OfflineEvaluation, name: str) -> FloatArray:
         return ev.row(ev.selection.chosen if name == "selected" else name).world_returns
+
+    def fixed(name: str) -> bool:
+        runs = [returns(ev, name) for ev in evaluations.values()]
+        return len(runs) > 1 and all(np.array_equal(runs[0], r) for r in runs[1:])
 
     out: list[Comparison] = []
     for name in names:
         for base in bases:
             if name == base:
+                continue
+            label = f"{name} - {base}"
+            if fixed(name) and fixed(base):  # counted once: the futures are the units
+                ra, rb = returns(first, base), returns(first, name)
+                out.append(
+                    paired_comparison(
+                        label, ra.tolist(), rb.tolist(), list(range(len(ra))), cluster="episode"
+                    )
+                )
                 continue
             a: list[float] = []
             b: list[float] = []
@@ -178,10 +201,12 @@ def paired_comparisons(evaluations: dict[int, OfflineEvaluation]) -> list[Compar
                 b += rb.tolist()
                 seeds += [seed] * len(ra)
                 episodes += [(seed, i) for i in range(len(ra))]
-            for labels, cluster in ((seeds, "seed"), (episodes, "seed+episode")):
-                out.append(
-                    paired_comparison(f"{name} - {base}", a, b, labels, cluster=cluster)  # type: ignore[arg-type]
-                )
+            out.append(paired_comparison(label, a, b, seeds, cluster="seed"))
+            if name in learners and len(learners) > 1:
+                level = 1 - 0.05 / len(learners)
+                corrected = f"{label} (Bonferroni over {len(learners)} learners)"
+                out.append(paired_comparison(corrected, a, b, seeds, cluster="seed", level=level))
+            out.append(paired_comparison(label, a, b, episodes, cluster="seed+episode"))
     return out
 
 

@@ -65,9 +65,13 @@ __all__ = [
 
 RESULT_FILE = "result.json"
 
-Cluster = Literal["seed", "seed+task", "task", "seed+episode"]
-"""The unit a bootstrap resamples: seeds (items = per-task values), (seed, task) pairs, tasks, or
-(seed, episode) pairs (an episode = one world future, the same for both sides)."""
+Cluster = Literal["seed", "seed+task", "task", "seed+episode", "episode"]
+"""The unit of an interval: training seeds (a t-interval on per-seed differences; the unit of a claim
+about a training method), world futures (``episode``: a t-interval over paired futures, for policies
+no training seed varies), or, conditional on the trained policies, tasks, (seed, task) or (seed,
+episode) pairs (a bootstrap)."""
+CONDITIONAL: tuple[str, ...] = ("seed+task", "task", "seed+episode")
+"""Clusters whose interval holds the trained policies fixed: described, never given a verdict."""
 
 
 class ResultError(ValueError):
@@ -128,7 +132,7 @@ class Comparison(BaseModel):
     def conditional(self) -> bool:
         """True for an interval that holds the trained policies fixed (any cluster but the seed): it
         says how precisely these policies were scored, not whether the method works."""
-        return self.cluster != "seed"
+        return self.cluster in CONDITIONAL
 
     def sentence(self, *, unit: str = "points", scale: float = 100) -> str:
         """E.g. ``"grpo - sft: pipeline ran, no detectable change: +1.2 points [−6.0, 8.4] (MDE 10.3
@@ -144,7 +148,8 @@ class Comparison(BaseModel):
                 f"over {self.n_clusters} {self.cluster} cluster{plural}"
             )
         line = _verdict_sentence(self.estimate, self.ci, self.mde, unit=unit, scale=scale, name=self.name)
-        return f"{line}; 95% t-interval over {self.n_clusters} seed{plural}"
+        unit_name = "world future" if self.cluster == "episode" else "seed"
+        return f"{line}; 95% t-interval over {self.n_clusters} {unit_name}{plural}"
 
 
 class Result(BaseModel):
@@ -200,18 +205,21 @@ def _signed_points(value: float, scale: float, plus: bool = False) -> str:
     return f"{sign}{text}"
 
 
-def _seed_comparison(name: str, diffs: Sequence[float]) -> Comparison:
-    """A comparison from per-seed paired differences: t-interval, t-quantile MDE."""
-    interval = t_interval(diffs)
+def _seed_comparison(
+    name: str, diffs: Sequence[float], cluster: Cluster = "seed", level: float = 0.95
+) -> Comparison:
+    """A comparison from per-unit paired differences (seeds, or world futures for fixed policies):
+    t-interval, t-quantile MDE."""
+    interval = t_interval(diffs, level)
     k = len(diffs)
     width = interval.high > interval.low
     return Comparison(
         name=name,
         estimate=interval.estimate,
         ci=(interval.low, interval.high),
-        cluster="seed",
+        cluster=cluster,
         n_clusters=k,
-        mde=t_mde(interval.low, interval.high, k) if width and k >= 2 else 0.0,
+        mde=t_mde(interval.low, interval.high, k, level=level) if width and k >= 2 else 0.0,
     )
 
 
@@ -261,11 +269,17 @@ def paired_comparison(
     *,
     cluster: Cluster,
     seed: int = 0,
+    level: float = 0.95,
 ) -> Comparison:
     """``mean(b - a)`` where ``a[i]`` and ``b[i]`` are the same item under two policies (the same task,
-    or the same world future: common random numbers), with a two-stage bootstrap interval of the
-    per-item differences clustered by ``clusters``. The noise both sides share cancels item by item,
-    which :func:`comparison` (``paired=True`` pairs clusters, not items) cannot do."""
+    or the same world future: common random numbers). The noise both sides share cancels item by item,
+    which :func:`comparison` (``paired=True`` pairs clusters, not items) cannot do.
+
+    ``cluster="seed"``: a t-interval over the seeds' mean differences; ``"episode"`` (policies no
+    seed varies, each label one independent future): a t-interval over the futures; otherwise a
+    two-stage bootstrap of the per-item differences, conditional on the trained policies. ``level``
+    applies to the t-intervals (e.g. ``1 - 0.05 / k`` for a Bonferroni correction over k choices).
+    """
     if len(a_values) != len(b_values) or len(a_values) != len(clusters):
         raise ValueError(
             f"paired values need one a, one b and one cluster label per item, got {len(a_values)}, "
@@ -274,7 +288,9 @@ def paired_comparison(
     diffs = [float(b) - float(a) for a, b in zip(a_values, b_values, strict=True)]
     codes, _, k, _ = _encode(clusters, [])
     if cluster == "seed":  # per-seed means of the item differences, a t-interval over the seeds
-        return _seed_comparison(name, list(cluster_means(diffs, codes).values()))
+        return _seed_comparison(name, list(cluster_means(diffs, codes).values()), level=level)
+    if cluster == "episode":  # fixed policies on independent futures: the futures are the units
+        return _seed_comparison(name, list(cluster_means(diffs, codes).values()), "episode", level)
     interval = clustered_bootstrap_ci(diffs, codes, seed=seed)
     return Comparison(
         name=name,
