@@ -380,12 +380,17 @@ def paired_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, str]]:
     by_policy: dict[str, dict[str, str]] = {}
     for raw in comparisons:
         c = Comparison.model_validate(raw)
-        if c.cluster != "seed":
+        if c.cluster not in ("seed", "episode"):
             continue
-        policy, base = c.name.split(" - ")
-        mde = f"MDE {c.mde:.2f}" if c.ci[1] > c.ci[0] else "no spread: the same returns in every resample"
-        cell = f"{c.estimate:+.2f} [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}] ({mde}): {c.verdict}"
-        by_policy.setdefault(policy, {"policy": policy})[f"minus {base}"] = cell
+        policy, base = c.name.split(" - ", 1)
+        column = f"minus {base}"
+        if " (Bonferroni" in base:  # the multiplicity-corrected interval of a learner, its own column
+            base, _ = base.split(" (Bonferroni", 1)
+            column = f"minus {base}, corrected for picking among the learners"
+        mde = f"MDE {c.mde:.2f}" if c.ci[1] > c.ci[0] else "no spread between seeds"
+        unit = "futures, counted once" if c.cluster == "episode" else "seeds"
+        cell = f"{c.estimate:+.2f} [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}] ({mde}; {unit}): {c.verdict}"
+        by_policy.setdefault(policy, {"policy": policy})[column] = cell
     return list(by_policy.values())
 
 
@@ -396,9 +401,11 @@ def add_paired(report: Any, result: dict[str, Any]) -> None:
     report.paragraph(
         f"World 30-day return differences, each policy and the behaviour policy (or no campaign) run on "
         f"the same world futures (common random numbers), averaged over the episodes of "
-        f"{len(seeds)} training seeds ({', '.join(map(str, seeds))}); 95% two-stage bootstrap intervals "
-        "clustered by training seed; MDE = the smallest true difference that interval would detect with "
-        "80% power. A gain is stated only when its interval excludes zero. 'selected' is what the "
+        f"{len(seeds)} training seeds ({', '.join(map(str, seeds))}), each seed on its own futures; 95% "
+        "t-intervals over the seeds (a pair of policies no seed changes is compared once, over its "
+        "futures); MDE = the smallest true difference that interval would detect with 80% power; a "
+        "learner's interval is also given at the Bonferroni level for having picked among the learners. A "
+        "gain is stated only when its interval excludes zero. 'selected' is what the "
         "selection rule chose in each seed: "
         + ", ".join(f"seed {k}: {v}" for k, v in result["selected_by_seed"].items())
         + "."
