@@ -106,3 +106,94 @@ def test_help_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------- audit
+
+
+def test_audit_json_on_a_small_generation() -> None:
+    result = invoke("audit", "--n-functions", "30", "--seed", "2", "--json")
+    assert result.exit_code == 0, result.output
+    data = one_json_object(result)
+    assert data["ok"] is True and data["failures"] == []
+    procedural, toy = data["families"]
+    assert (procedural["family"], toy["family"]) == ("procedural", "toy-repos")
+    assert procedural["settings"] == {
+        "n_functions": 30,
+        "seed": 2,
+        "validation_fraction": 0.2,
+        "test_fraction": 0.2,
+    }
+    for family in (procedural, toy):
+        assert set(family["splits"]) == {"train", "validation", "test"}
+        for split, figures in family["splits"].items():
+            assert figures["tasks"] > 0 or (family is toy and split == "validation")
+            assert figures["wrong_patches"] == figures["uncaught_mutants"] == 0
+            if split != "train":
+                assert figures["shared_templates"] == figures["shared_edits"] == 0
+                assert figures["shared_expert_edits"] == 0
+
+
+def test_audit_text_prints_a_table_per_family() -> None:
+    result = invoke("audit", "--n-functions", "20", "--seed", "1")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("procedural (n_functions 20, seed 1,")
+    assert any(line.startswith("toy-repos (seed 1, operations ['add', 'max', 'min',") for line in lines)
+    assert sum(line.startswith("| test |") for line in lines) == 2
+    assert lines[-1] == "ok: every must-be-0 figure is 0"
+
+
+def test_audit_defaults_are_the_agent_learn_preset_s(monkeypatch: Any) -> None:
+    from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
+    from transferlab.coding_rl.tasks import audit
+
+    seen: dict[str, Any] = {}
+    real = audit.audit_procedural
+
+    def small(**settings: Any) -> audit.FamilyAudit:
+        seen.update(settings)
+        return real(20, 0)
+
+    monkeypatch.setattr(audit, "audit_procedural", small)
+    result = invoke("audit", "--json")
+    assert result.exit_code == 0, result.output
+    cpu = AGENT_LEARN_PRESETS["cpu"]
+    assert seen == {
+        "n_functions": cpu.n_functions,
+        "seed": cpu.task_seed,
+        "validation_fraction": cpu.validation_fraction,
+        "test_fraction": cpu.test_fraction,
+    }
+
+
+def test_audit_exits_1_when_a_must_be_zero_figure_is_not(monkeypatch: Any) -> None:
+    from dataclasses import replace
+
+    from transferlab.coding_rl.tasks import audit
+
+    real = audit.audit_procedural
+
+    def leaky(**settings: Any) -> audit.FamilyAudit:
+        good = real(20, 0)
+        splits = dict(good.splits, test=replace(good.splits["test"], shared_edits=2, wrong_patches=1))
+        return replace(good, splits=splits)
+
+    monkeypatch.setattr(audit, "audit_procedural", leaky)
+    result = invoke("audit", "--json")
+    assert result.exit_code == 1, result.output
+    data = one_json_object(result)
+    assert data["ok"] is False
+    assert data["failures"] == ["procedural test: shared_edits = 2", "procedural test: wrong_patches = 1"]
+    assert data["families"][0]["ok"] is False and data["families"][1]["ok"] is True
+    text = invoke("audit")
+    assert text.exit_code == 1
+    assert "FAILED:" in text.stdout and "procedural test: shared_edits = 2" in text.stdout
+
+
+def test_audit_bad_settings_name_the_fix() -> None:
+    assert_bad_input(invoke("audit", "--n-functions", "1"), "n_functions must be in 3..")
+    assert_bad_input(
+        invoke("audit", "--n-functions", "20", "--validation-fraction", "0.5", "--test-fraction", "0.5"),
+        "validation_fraction + test_fraction must be below 0.8",
+    )

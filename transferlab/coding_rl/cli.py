@@ -5,11 +5,15 @@ Commands::
     transferlab coding tasks build [--out data/coding_tasks] [--seed 0] [--per-operator 2]
                                    [--held-out-fraction 0.2] [--workers 2] [--limit N]
     transferlab coding tasks validate PATH [--json] [--workers 2] [--reruns 3]
+    transferlab coding tasks audit [--n-functions N] [--seed S] [--validation-fraction F]
+                                   [--test-fraction F] [--json]
     transferlab coding rollout [--agent expert|naive|random] [--tasks held-out] [--episodes 20] ...
     transferlab coding experiment learn|dense-sparse|ablations ...   (see coding_rl/experiments/cli.py)
 
-Exit codes: 0 done (``validate``: every task valid); 1 a task failed validation; 2 bad input (a
-path that is not a task or a corpus, a malformed task); 3 no sandbox backend can run here.
+Exit codes: 0 done (``validate``: every task valid; ``audit``: every must-be-0 figure is 0); 1 a task
+failed validation, or a split shares a template or a bug edit with training or lets a wrong patch
+pass; 2 bad input (a path that is not a task or a corpus, a malformed task, settings out of range); 3
+no sandbox backend can run here.
 
 Only typer and the standard library are imported at module level, so ``transferlab --help`` stays
 fast; the tasks, the sandbox and rich are imported inside the commands.
@@ -237,6 +241,85 @@ def validate(
                 typer.echo(f"      {name}: {result.checks[name].detail}")
         typer.echo(f"{n_ok}/{len(results)} tasks valid (backend {backend})")
     if n_ok != len(results):
+        raise typer.Exit(EXIT_FAILED)
+
+
+TOY_HELD_OUT_FRACTION = 0.25
+"""The transfer source's held-out share of toy repositories (validation and test get half each)."""
+
+
+@tasks_app.command("audit")
+def audit(
+    n_functions: Annotated[
+        int | None,
+        typer.Option(
+            "--n-functions",
+            help="Procedural functions; default: the agent-learn cpu preset's.",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            min=0,
+            help="Generation seed; default: the agent-learn cpu preset's.",
+            show_default=False,
+        ),
+    ] = None,
+    validation_fraction: Annotated[
+        float | None,
+        typer.Option(
+            "--validation-fraction",
+            help="Procedural validation share; default: the preset's.",
+            show_default=False,
+        ),
+    ] = None,
+    test_fraction: Annotated[
+        float | None,
+        typer.Option(
+            "--test-fraction", help="Procedural test share; default: the preset's.", show_default=False
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Novelty and mutation adequacy of the procedural tasks and the transfer source's toy repositories:
+    per split, templates and abstract bug edits shared with train, wrong patches that pass every test."""
+    from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
+    from transferlab.coding_rl.tasks import audit as audits
+    from transferlab.coding_rl.tasks.toy import OPERATIONS
+
+    preset = AGENT_LEARN_PRESETS["cpu"]
+    seed = preset.task_seed if seed is None else seed
+    try:
+        families = [
+            audits.audit_procedural(
+                n_functions=preset.n_functions if n_functions is None else n_functions,
+                seed=seed,
+                validation_fraction=preset.validation_fraction
+                if validation_fraction is None
+                else validation_fraction,
+                test_fraction=preset.test_fraction if test_fraction is None else test_fraction,
+            ),
+            audits.audit_toy(
+                seed, tuple(sorted(OPERATIONS)), TOY_HELD_OUT_FRACTION / 2, TOY_HELD_OUT_FRACTION / 2
+            ),
+        ]
+    except ValueError as err:
+        fail(str(err), EXIT_BAD_INPUT)
+    failures = [line for family in families for line in family.failures()]
+    if as_json:
+        data = {"ok": not failures, "failures": failures, "families": [f.to_json() for f in families]}
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        for family in families:
+            shown = ", ".join(f"{k} {v}" for k, v in family.settings.items())
+            typer.echo(f"{family.family} ({shown}):\n")
+            typer.echo(audits.markdown(family) + "\n")
+        typer.echo(
+            "ok: every must-be-0 figure is 0" if not failures else "FAILED:\n  " + "\n  ".join(failures)
+        )
+    if failures:
         raise typer.Exit(EXIT_FAILED)
 
 

@@ -26,6 +26,7 @@ from transferlab.coding_rl.experiments.agent_learn import (
     rft_tasks_per_round,
     rl_episodes,
     seconds_per_seed,
+    task_splits,
     undemonstrated,
 )
 from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
@@ -81,7 +82,9 @@ def test_result_by_hand_comparisons_layers_and_wall_time() -> None:
         assert (name, "seed", 2) in names and (name, "seed+task", 4) in names
     rft_sft = next(c for c in result.comparisons if c.name == "rft - sft" and c.cluster == "seed+task")
     assert rft_sft.estimate == pytest.approx(0.0) and rft_sft.ci[0] < 0 < rft_sft.ci[1]
-    assert "pipeline ran" in rft_sft.sentence() and "improved" not in rft_sft.sentence()
+    # a (seed, task) interval holds the trained policies fixed: it carries no verdict
+    assert "conditional on these trained policies" in rft_sft.sentence()
+    assert "improved" not in rft_sft.sentence() and "pipeline ran" not in rft_sft.sentence()
     extra = result.arms["rl"].model_extra
     assert extra is not None
     assert extra["diagnosis"]["format"] == pytest.approx(0.8)
@@ -91,6 +94,11 @@ def test_result_by_hand_comparisons_layers_and_wall_time() -> None:
     assert result.settings["tasks"] == {"train": 40, "held_out": 2, "rl": 40}  # RL practises on all 40
     practised = build_result(config, hand_results(held), "x", 40, 2, n_practice=30)
     assert practised.settings["tasks"]["rl"] == 30
+    # the split scored and the split the settings were tuned on sit next to the other keys
+    assert result.model_extra == {"scored_split": "validation", "tuned_on": "validation"}
+    on_test = build_result(config.model_copy(update={"eval_split": "test"}), hand_results(held), "x", 40, 2)
+    assert on_test.model_extra == {"scored_split": "test", "tuned_on": "validation"}
+    assert on_test.model_dump(mode="json")["scored_split"] == "test"  # written to result.json
     assert result.settings["budget"]["rl_episodes"] == result.settings["budget"]["rft_episodes"]
 
 
@@ -127,6 +135,18 @@ def test_a_budget_rft_cannot_match_is_refused_naming_the_fix() -> None:
         AgentLearnConfig(
             rl=rl.model_copy(update={"max_steps": 4}), rft=rft, workflow="lines", recovery_every=3
         )
+
+
+def test_the_split_settings_name_the_fix() -> None:
+    rl = RLConfig(mode="agent", steps=3, tasks_per_step=1, group_size=2, max_steps=7, max_context=512)
+    rft = RFTSettings(rounds=3, samples_per_task=2)
+    assert AgentLearnConfig(rl=rl, rft=rft).eval_split == "validation"  # pilots score validation
+    with pytest.raises(ConfigError, match=re.escape("set validation_fraction and test_fraction")):
+        AgentLearnConfig.from_dict({"held_out_fraction": 0.2})  # an old config: one clear error
+    with pytest.raises(ConfigError, match=re.escape("validation_fraction + test_fraction must be below 0.8")):
+        AgentLearnConfig(rl=rl, rft=rft, validation_fraction=0.4, test_fraction=0.4)
+    with pytest.raises(ConfigError, match="eval_split"):
+        AgentLearnConfig(rl=rl, rft=rft, eval_split="held-out")
 
 
 def test_undemonstrated_tasks_share_no_module_with_the_demonstrated_ones() -> None:
@@ -203,7 +223,9 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     assert f"RL {rl['training_episodes'][0]}, RFT {rft['training_episodes'][0]}" in markdown
     sft_arm = json.loads((run_dir / "arms" / "sft-seed0" / "result.json").read_text())
     assert sft_arm["demonstrations"] == 3 and sft_arm["recovery_demonstrations"] == 1  # recovery_every=2
-    assert result.settings["tasks"]["rl"] == 5  # the undemonstrated module's tasks
+    assert result.settings["tasks"]["rl"] == 3  # the undemonstrated modules' tasks
+    assert result.model_extra == {"scored_split": "validation", "tuned_on": "validation"}
+    assert n_held == len(task_splits(AGENT_LEARN_PRESETS["smoke"]).validation)
     sft_metrics = read_metrics(run_dir / "arms" / "sft-seed0" / "metrics.parquet")
     copy_steps = sorted(sft_metrics[sft_metrics.key == "sft/copy_accuracy"].step)
     assert copy_steps == sorted(sft_metrics[sft_metrics.key == "sft/loss"].step) == [0, 1, 2]  # copy_weight
@@ -225,12 +247,9 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     # the held-out values are evaluate_agent's episodes: the saved SFT policy scores the same there
     from transferlab.coding_rl.experiments.common import evaluate_agent, opened_sandbox
     from transferlab.coding_rl.policies.model import load_policy
-    from transferlab.coding_rl.tasks.procedural import procedural_repo_tasks
 
     smoke = AGENT_LEARN_PRESETS["smoke"]
-    _, held_tasks = procedural_repo_tasks(
-        smoke.n_functions, seed=smoke.task_seed, held_out_fraction=smoke.held_out_fraction
-    )
+    held_tasks = task_splits(smoke).of(smoke.eval_split)
     model, tokenizer = load_policy(run_dir / "arms" / "sft-seed0" / "policy", device="cpu", dtype="float32")
     with opened_sandbox() as sandbox:
         direct = evaluate_agent(

@@ -11,6 +11,7 @@ from transferlab.coding_rl.tasks.code_task import TaskError, TestCase
 from transferlab.coding_rl.tasks.repo_task import (
     BugInfo,
     RepoTask,
+    TaskSplits,
     load_corpus,
     load_repo_task,
     make_repo_task,
@@ -84,6 +85,33 @@ def test_load_corpus_filters_by_split(tmp_path: Path) -> None:
     save_repo_task(small_task("b-task", "held-out"), tmp_path)
     assert [t.task_id for t in load_corpus(tmp_path)] == ["a-task", "b-task"]
     assert [t.task_id for t in load_corpus(tmp_path, "held-out")] == ["b-task"]
+
+
+def test_three_way_splits_round_trip_next_to_old_held_out_tasks(tmp_path: Path) -> None:
+    for task_id, split in (("a", "train"), ("b", "validation"), ("c", "test"), ("d", "held-out")):
+        save_repo_task(small_task(task_id, split), tmp_path)
+    assert [t.task_id for t in load_corpus(tmp_path, "validation")] == ["b"]
+    assert [t.task_id for t in load_corpus(tmp_path, "test")] == ["c"]
+    assert [t.task_id for t in load_corpus(tmp_path, "held-out")] == ["d"]  # corpora written before
+    path = save_repo_task(small_task("e", "train"), tmp_path)
+    (path / "task.json").write_text((path / "task.json").read_text().replace('"train"', '"heldout"'))
+    with pytest.raises(TaskError, match="split"):
+        load_repo_task(path)
+
+
+def test_task_splits_count_and_join_validation_and_test_as_held_out() -> None:
+    splits = TaskSplits(
+        train=[small_task("a", "train")],
+        validation=[small_task("b", "validation")],
+        test=[small_task("c", "test"), small_task("d", "test")],
+    )
+    assert splits.counts() == {"train": 1, "validation": 1, "test": 2}
+    assert splits.of("test") == splits.test
+    train, held = splits.two_way()
+    assert train == splits.train
+    assert [t.task_id for t in held] == ["b", "c", "d"]
+    assert {t.meta.split for t in held} == {"held-out"}
+    assert splits.validation[0].meta.split == "validation"  # copies: the splits are left as they were
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Toy tasks: solutions pass and bugs fail in the real sandbox; seeded splits, noise and expert plans."""
+"""Toy tasks: solutions pass and bugs fail in the real sandbox; seeded splits (the repositories' by expert
+edit), noise and expert plans."""
 
 from __future__ import annotations
 
@@ -12,13 +13,18 @@ from transferlab.coding_rl.sandbox.backends import open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.tasks.code_task import CodeTask
+from transferlab.coding_rl.tasks.novelty import task_edit
+from transferlab.coding_rl.tasks.repo_task import SPLITS
 from transferlab.coding_rl.tasks.toy import (
     BASIC_OPERATIONS,
     OPERATIONS,
+    assign_edits,
     buggy_body,
     has_repo_bug,
     noisy_demonstrations,
+    repo_edit,
     toy_repo_plan,
+    toy_repo_splits,
     toy_repo_tasks,
     toy_solution,
     toy_task,
@@ -104,23 +110,42 @@ def test_splits_are_seeded_and_disjoint() -> None:
     assert {str(t.provenance["operation"]) for t in train + held} == set(BASIC_OPERATIONS)
 
 
-def test_toy_repo_split_follows_the_single_step_split() -> None:
-    code_train, code_held = toy_tasks(seed=5)
-    train, held = toy_repo_tasks(seed=5)
-    again = toy_repo_tasks(seed=5)
+@pytest.mark.parametrize("operations", [ALL_OPS, BASIC_OPERATIONS], ids=["all", "basic"])
+def test_toy_repo_splits_keep_every_expert_edit_out_of_training(operations: tuple[str, ...]) -> None:
+    every = {f"toy-repo/{op}-{k}" for op in operations for k in range(10) if has_repo_bug(op, k)}
+    sides = []
+    for seed in range(4):
+        splits = toy_repo_splits(seed, operations)
+        assert splits == toy_repo_splits(seed, operations)  # seeded
+        ids = [t.task_id for s in SPLITS for t in splits.of(s)]
+        assert sorted(ids) == sorted(every)  # each task once
+        for split in SPLITS:
+            assert {t.meta.split for t in splits.of(split)} == {split}
+        assert splits.validation and splits.test
+        edits = {repo_edit(str(t.meta.provenance["operation"])) for t in splits.train}
+        abstract = {task_edit(t) for t in splits.train}
+        for task in splits.validation + splits.test:
+            assert repo_edit(str(task.meta.provenance["operation"])) not in edits, task.task_id  # verbatim
+            assert task_edit(task) not in abstract, task.task_id  # up to constants and names
+        sides.append(assign_edits(seed, operations))
+    assert len({tuple(sorted(s.items())) for s in sides}) > 1  # the seed moves the split
+    assert all(s["sub"] == s["rsub"] for s in sides if "rsub" in s)  # both write '-' over '+'
 
-    def repo_ids(tasks: list[CodeTask]) -> list[str]:
-        keys = [(t.provenance["operation"], t.provenance["constant"], t.task_id) for t in tasks]
-        return [tid.replace("toy/", "toy-repo/") for op, k, tid in keys if has_repo_bug(op, k)]
 
-    assert [t.task_id for t in train] == repo_ids(code_train)
-    assert [t.task_id for t in held] == repo_ids(code_held)
-    assert train == again[0] and held == again[1]
+def test_two_edits_leave_validation_empty_and_one_edit_is_an_error() -> None:
+    splits = toy_repo_splits(0, ("add", "sub"))
+    assert splits.train and splits.test and not splits.validation
+    with pytest.raises(ValueError, match="share one expert edit"):
+        toy_repo_splits(0, ("sub", "rsub"))
+    with pytest.raises(ValueError, match="unknown toy operation"):
+        toy_repo_splits(0, ("add", "pow"))
 
 
-def test_held_out_toy_repo_tasks_are_marked_held_out() -> None:
-    train, held = toy_repo_tasks()
-    assert {t.meta.split for t in train} == {"train"}
+def test_held_out_toy_repo_tasks_are_validation_and_test_marked_held_out() -> None:
+    train, held = toy_repo_tasks(0.25, seed=5)
+    splits = toy_repo_splits(5, validation_fraction=0.125, test_fraction=0.125)
+    assert train == splits.train and {t.meta.split for t in train} == {"train"}
+    assert [t.task_id for t in held] == [t.task_id for t in splits.validation + splits.test]
     assert {t.meta.split for t in held} == {"held-out"}
 
 

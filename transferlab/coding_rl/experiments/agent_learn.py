@@ -8,8 +8,9 @@ same number of episodes? Per seed:
    fine-tuned on expert demonstrations (:func:`~transferlab.coding_rl.agents.expert_plan`: read the
    tests, search, read the source, edit the bug, run the failing test, run all tests, submit) of
    procedurally generated training repositories
-   (:func:`~transferlab.coding_rl.tasks.procedural.procedural_repo_tasks`; the held-out split never
-   shares a function or a module with them). A tiny policy may learn to copy alongside
+   (:func:`~transferlab.coding_rl.tasks.procedural.procedural_splits`: train / validation / test share
+   no function template and no bug edit up to constants and argument names). A tiny policy may learn
+   to copy alongside
    (``sft.copy_weight``: a copy term on random sequences in every SFT step).
 2. **RL** (arm ``rl``): a copy of the SFT policy trained with :func:`~transferlab.coding_rl.trainers.rl.
    train_rl` in agent mode (GRPO by default; the dense or sparse reward table of ``rl.rewards``).
@@ -19,7 +20,9 @@ same number of episodes? Per seed:
    training episodes as RL: ``rounds x samples_per_task x tasks per round = steps x tasks_per_step x
    group_size`` (the tasks per round are a seeded draw of the training tasks; both counts are in
    result.json).
-3. **Held-out evaluation** of the three policies on the held-out tasks, the same episodes per task
+3. **Held-out evaluation** of the three policies on the ``eval_split`` tasks (``validation`` for
+   pilots and tuning, ``test`` for a committed result; result.json records ``scored_split`` and
+   ``tuned_on``), the same episodes per task
    and the same sampling seed for each (the episodes of
    :func:`~transferlab.coding_rl.experiments.common.evaluate_agent`), keeping one value per
    (seed, task).
@@ -69,7 +72,7 @@ from transferlab.coding_rl.experiments.common import (
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
-from transferlab.coding_rl.tasks.repo_task import RepoTask
+from transferlab.coding_rl.tasks.repo_task import EvalSplit, RepoTask, TaskSplits
 from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.platform.config import BaseConfig
@@ -128,7 +131,23 @@ class AgentLearnConfig(ModelChoice):
         description="Generated functions of the procedural repositories (train + held out).",
     )
     task_seed: int = Field(default=0, ge=0, description="Seed of the procedural generation and its split.")
-    held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of modules held out.")
+    validation_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Share of the grammar's functions (whole templates) in the validation split.",
+    )
+    test_fraction: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Share of the grammar's functions (whole templates) in the test split.",
+    )
+    eval_split: EvalSplit = Field(
+        default="validation",
+        description="The split the arms are scored on: 'validation' for pilots and tuning, 'test' only for "
+        "a committed result (settings are tuned on validation; result.json records both).",
+    )
     workflow: Literal["full", "direct", "short", "lines"] = Field(
         default="full",
         description="The expert's demonstrations: 'full' (read the tests, search, read the source, edit, "
@@ -147,7 +166,7 @@ class AgentLearnConfig(ModelChoice):
         default=0,
         ge=0,
         description="Extra demonstrations per training task on renamed copies (fresh module and function "
-        "names, never a held-out one), so the policy must copy names from what it reads.",
+        "names, never a validation or test one), so the policy must copy names from what it reads.",
     )
     vocab_size: int = Field(
         default=512, ge=300, description="Tiny policy: BPE vocabulary trained on the training tasks' texts."
@@ -210,8 +229,23 @@ class AgentLearnConfig(ModelChoice):
     )
     backend: str = Field(default="forkserver", description="Sandbox backend.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_held_out_fraction(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "held_out_fraction" in data:
+            raise ValueError(
+                "held_out_fraction was replaced (the procedural tasks split three ways, by template): set "
+                "validation_fraction and test_fraction (their shares) and eval_split (the split scored)"
+            )
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if self.validation_fraction + self.test_fraction >= 0.8:
+            raise ValueError(
+                f"validation_fraction + test_fraction must be below 0.8 (training keeps the rest), got "
+                f"{self.validation_fraction} + {self.test_fraction}: lower one of them"
+            )
         if self.rl.mode != "agent":
             raise ValueError(f"rl.mode must be 'agent' for agent-learn, got {self.rl.mode!r}")
         rft_round_tasks(self.rl, self.rft)
@@ -408,22 +442,34 @@ def layers(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------- setup
 
 
+def task_splits(config: AgentLearnConfig) -> TaskSplits:
+    """The run's procedural tasks in train / validation / test (``n_functions``, ``task_seed`` and the
+    two fractions of ``config``)."""
+    from transferlab.coding_rl.tasks.procedural import procedural_splits
+
+    return procedural_splits(
+        config.n_functions,
+        config.task_seed,
+        validation_fraction=config.validation_fraction,
+        test_fraction=config.test_fraction,
+    )
+
+
 class Setup:
     """Tasks, tokenizer, sandbox and demonstrations of a run; the per-seed arms."""
 
     def __init__(
         self, exp: Experiment, config: AgentLearnConfig, sandbox: SandboxBackend, start: StartModel | None
     ) -> None:
-        from transferlab.coding_rl.tasks.procedural import procedural_repo_tasks
-
         self.exp, self.config, self.sandbox, self.start = exp, config, sandbox, start
-        self.train, self.held = procedural_repo_tasks(
-            config.n_functions, seed=config.task_seed, held_out_fraction=config.held_out_fraction
-        )
+        self.splits = task_splits(config)
+        self.train = self.splits.train
+        self.held = self.splits.of(config.eval_split)
+        """The tasks the arms are scored on (``eval_split``)."""
         if not self.train or not self.held:
             raise ValueError(
                 f"n_functions={config.n_functions} gave {len(self.train)} training and {len(self.held)} "
-                "held-out tasks; raise n_functions"
+                f"{config.eval_split} tasks; raise n_functions"
             )
         self.practice = list(self.train)
         """The tasks RL and RFT train on (``rl_tasks``)."""
@@ -448,7 +494,7 @@ class Setup:
         cfg = self.config
         chosen = self.train[: cfg.demo_tasks] if cfg.demo_tasks is not None else list(self.train)
         rng = random.Random(f"agent-learn-demos:{cfg.task_seed}")
-        avoid = task_names(self.held)
+        avoid = task_names(self.splits.validation + self.splits.test)
         return chosen + [renamed(t, rng, avoid) for _ in range(cfg.demo_variants) for t in chosen]
 
     def demos(self) -> list[Trajectory]:
@@ -752,7 +798,8 @@ def build_result(
     n_practice: int | None = None,
 ) -> Result:
     """Each arm's held-out success, diagnosis, training episodes and seconds per seed; the comparisons
-    ``rl - sft``, ``rl - rft``, ``rft - sft`` clustered by seed and by (seed, task)."""
+    ``rl - sft``, ``rl - rft``, ``rft - sft`` clustered by seed and by (seed, task); ``scored_split``
+    (``config.eval_split``, the split of the ``n_held`` tasks) and ``tuned_on`` (always validation)."""
     data: dict[str, HeldOut] = {arm: held_out(results, arm, config.seeds, "held_out") for arm in ARMS}
     arms: dict[str, Arm] = {}
     for arm, d in data.items():
@@ -794,6 +841,8 @@ def build_result(
         settings=settings,
         arms=arms,
         comparisons=comparisons,
+        scored_split=config.eval_split,
+        tuned_on="validation",
     )
 
 
@@ -913,8 +962,10 @@ def _settings(
     report.bullets(
         [
             f"tasks: procedural repositories from {config.n_functions} functions (generation seed "
-            f"{config.task_seed}): {tasks['train']} training and {tasks['held_out']} held-out tasks "
-            f"({config.held_out_fraction:.0%} of the modules held out); {config.workflow!r} expert "
+            f"{config.task_seed}): {tasks['train']} training tasks, scored on {tasks['held_out']} "
+            f"{config.eval_split} tasks (validation {config.validation_fraction:.0%} and test "
+            f"{config.test_fraction:.0%} of the grammar's functions, by template; no bug edit shared with "
+            f"training; settings tuned on validation); {config.workflow!r} expert "
             f"demonstrations for {config.demo_tasks if config.demo_tasks is not None else 'every'} training "
             f"task(s), plus {config.demo_variants} renamed cop{'y' if config.demo_variants == 1 else 'ies'} "
             "of each",

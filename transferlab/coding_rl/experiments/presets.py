@@ -62,11 +62,14 @@ AGENT_PRESETS: dict[str, AgentExperimentConfig] = {
 }
 
 AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
-    # cpu: what made docs/results/coding_agent_learn (3 seeds, 53 min per seed alone on one core).
-    # 524 training / 120 held-out repositories; SFT on the line-edit
+    # cpu: what made docs/results/coding_agent_learn (3 seeds, 53 min per seed alone on one core),
+    # then on 323 functions split two ways (524 training / 120 held-out repositories). Since issue 49
+    # the whole grown grammar (485 functions) splits three ways by template, with no bug edit shared
+    # with training: 612 training / 169 validation / 195 test repositories (`transferlab coding tasks
+    # audit`); pilots score validation (eval_split), a committed result test. SFT on the line-edit
     # demonstrations of the first 350 training tasks and 5 renamed copies of each, with the copy
     # term (a 3-layer policy does not learn to copy a path from the issue in time without it); RL and
-    # RFT practise on the 171 tasks of the modules SFT never showed. RL: sparse rewards (the dense
+    # RFT practise on the 260 tasks of the modules SFT never showed. RL: sparse rewards (the dense
     # table taught 3/3 seeds to submit at once: a failed attempt's tool errors and test failures cost
     # more than giving up), sampled at T=1.0 in groups of 8 (at T=0.7 nearly every group was flat),
     # lr 1e-4 with KL 0.05 and per-episode loss averaging (lr 5e-4 without them raised the entropy
@@ -74,8 +77,7 @@ AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
     # 32 RL steps (1024 episodes, as many as RFT's 4 x 4 x 64) keep a seed under 60 minutes. One
     # thread per process: run it with --jobs 2 on 2 cores.
     "cpu": AgentLearnConfig(
-        n_functions=323,
-        held_out_fraction=0.2,
+        n_functions=485,
         workflow="lines",
         demo_variants=5,
         demo_tasks=350,
@@ -116,8 +118,7 @@ AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
     ),
     "smoke": AgentLearnConfig(
         seeds=[0],
-        n_functions=6,
-        held_out_fraction=0.34,
+        n_functions=9,
         workflow="lines",
         recovery_every=2,
         demo_tasks=3,

@@ -1,32 +1,42 @@
 """Procedurally generated repository tasks for ``CodeRepair-v0``: many small, varied repositories.
 
-:func:`procedural_repo_tasks` writes ``n_functions`` distinct functions from a small grammar
+:func:`procedural_splits` writes ``n_functions`` distinct functions from a small grammar
 (:data:`SHAPES`: short arithmetic, comparison, string and list bodies of one or two arguments, with
 guards, loops and slices), names them (``verb_noun``), groups them 1-3 per module file
 (``src/<domain>_<suffix>.py``), injects bugs with the operators of
 :mod:`~transferlab.coding_rl.tasks.mutations`, and packages each kept mutant as a
-:class:`~transferlab.coding_rl.tasks.repo_task.RepoTask`.
+:class:`~transferlab.coding_rl.tasks.repo_task.RepoTask`, in three splits.
 
+- **Split.** By template (issue 49): :func:`assign_shapes` puts each shape, with every slot assignment
+  of it, in ``train``, ``validation`` or ``test`` (a seeded shuffle; validation and test each take
+  about their fraction of the grammar's functions); functions are drawn per split in proportion, and a
+  module holds functions of one split. A validation or test task whose bug edit, with constants and
+  argument names abstracted (:func:`~transferlab.coding_rl.tasks.novelty.abstract_edit`), occurs in
+  train is dropped (``TaskSplits.dropped`` counts them). So no validation or test task shares a
+  function template or a bug edit with training; function and module names are unique across the
+  generation. Settings are tuned on validation; only a committed result scores test.
+  :func:`procedural_repo_tasks` is the two-way view (validation and test joined as ``held-out``).
 - **Tests.** Per function, inputs come from a fixed pool per argument type (inputs on which the
   reference raises are left out); reference outputs are computed by running the reference here.
-  Developer (4-6 cases) and hidden (3-5 cases) tests are drawn from two disjoint halves of the pool,
-  greedily so that every mutant that can be caught is caught by both; the developer file also calls
-  each other function of the module once, so a patch that drops them fails.
+  Developer tests (4-6 cases) come from one half of the pool, greedily so that every mutant both
+  halves can catch is caught; the developer file also calls each other function of the module once,
+  so a patch that drops them fails. Hidden tests (3-12 cases) are **mutation-adequate**: every
+  single-operator mutant of the fixed file, and of the task's buggy file (a wrong one-line patch),
+  that behaves differently from the fix on the pool fails at least one of them. They come from the
+  other half first, then the rest of the pool; a developer case only for a mutant nothing else
+  catches (a boundary). A bug whose wrong patches cannot all be caught within 12 cases is not kept
+  (``TaskSplits.dropped`` counts these too).
 - **Bugs.** Every usable mutant of :func:`~transferlab.coding_rl.tasks.mutations.mutate` is run on
-  the pool here; a mutant is kept when the chosen developer tests and the chosen hidden tests each
-  catch it (equivalent mutants never are) and its buggy line occurs once in the file (so the expert's
-  one-line ``edit_file`` fixes it). At most ``per_operator`` per operator and ``max_bugs_per_function``
-  per function are kept, picked by a seeded ``random.Random``.
-- **Split.** By module: a seeded shuffle puts ``held_out_fraction`` of the modules (so of the
-  functions) in ``held-out``. A function's ``group`` is ``procedural/<module>.<function>``; a
-  function and all its mutants are on one side, and the module's other functions too. Function names
-  and bodies (shape and constants) are unique across the whole generation, so the held-out split never
-  shares a function with train.
+  the pool here; a mutant is kept when the chosen developer tests and hidden tests each catch it
+  (equivalent mutants never are) and its buggy line occurs once in the file (so the expert's one-line
+  ``edit_file`` fixes it). At most ``per_operator`` per operator and ``max_bugs_per_function`` per
+  function are kept, picked by a seeded ``random.Random``.
 - **Issue.** The first failing developer test (``f(x)`` returns ``got`` but should return
   ``expected``) and what the function should do (the shape's description).
 
-Deterministic: the same ``(n_functions, seed, held_out_fraction)`` gives the same tasks (string-seeded
-``random.Random``; no set or hash order).
+``transferlab coding tasks audit`` measures the novelty and the adequacy of a generation
+(:mod:`~transferlab.coding_rl.tasks.audit`). Deterministic: the same arguments give the same tasks
+(string-seeded ``random.Random``; no set or hash order).
 """
 
 from __future__ import annotations
@@ -35,22 +45,34 @@ import copy
 import random
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from typing import Any, Final
 
-from transferlab.coding_rl.sandbox.verifier import values_equal
 from transferlab.coding_rl.tasks.code_task import TestCase
 from transferlab.coding_rl.tasks.mutations import Mutant, mutate, normalize
-from transferlab.coding_rl.tasks.repo_task import BugInfo, RepoTask, Split, make_repo_task
+from transferlab.coding_rl.tasks.novelty import Outcome, run_calls, task_edit
+from transferlab.coding_rl.tasks.repo_task import (
+    SPLITS,
+    BugInfo,
+    RepoTask,
+    SplitName,
+    TaskSplits,
+    make_repo_task,
+)
 
 __all__ = [
+    "DEFAULT_FUNCTIONS",
     "SHAPES",
     "FunctionSpec",
     "Shape",
+    "assign_shapes",
     "bug_kinds",
+    "input_pool",
     "max_functions",
     "procedural_repo_tasks",
+    "procedural_splits",
     "renamed",
     "task_names",
 ]
@@ -58,7 +80,8 @@ __all__ = [
 GENERATOR: Final = "transferlab.coding_rl.tasks.procedural"
 TIME_LIMIT_S: Final = 1.0
 DEV_CASES: Final = (4, 6)  # (at least, at most) cases of the buggy function in the developer tests
-HIDDEN_CASES: Final = (3, 5)
+HIDDEN_CASES: Final = (3, 12)  # enough to catch every wrong one-line patch (mutation adequacy)
+DEFAULT_FUNCTIONS: Final = 240
 _K: Final = tuple(range(1, 10))
 
 
@@ -400,6 +423,209 @@ SHAPES: Final[tuple[Shape, ...]] = (
         "if {b} >= len({a}):\n    return -1\nreturn {a}[{b}]",
         "Return the element of {a} at index {b}, or -1 when {b} is past the end.",
     ),
+    # --- more templates (issue 49): each has lines of its own, so its bug edits are its own
+    _s(
+        "bucket",
+        "int",
+        "if {a} <= {k}:\n    return 'low'\nif {a} <= {m}:\n    return 'mid'\nreturn 'high'",
+        "Return 'low' when {a} is at most {k}, 'mid' when it is at most {m}, else 'high'.",
+        **KD,
+    ),
+    _s(
+        "round_down",
+        "int",
+        "return {a} - {a} % {k}",
+        "Return {a} rounded down to a multiple of {k}.",
+        k=(2, 3, 4, 5, 6),
+    ),
+    _s(
+        "squared_gap", "int", "gap = {a} - {k}\nreturn gap * gap", "Return the square of {a} minus {k}.", k=_K
+    ),
+    _s(
+        "sign_scale",
+        "int",
+        "if {a} >= 0:\n    return {a} * {k}\nreturn -{a}",
+        "Return {a} times {k} when {a} is not negative, else minus {a}.",
+        k=(2, 3, 4, 5, 6, 7),
+    ),
+    _s(
+        "triangle",
+        "int",
+        "return {a} * ({a} + {k}) // 2",
+        "Return {a} times ({a} plus {k}), halved and rounded down.",
+        k=(1, 2, 3, 4, 5),
+    ),
+    _s(
+        "countdown",
+        "int",
+        "return list(range({a}, {k}, -1))",
+        "Return the integers from {a} down to but not including {k}, as a list.",
+        k=(0, 1, 2, 3),
+    ),
+    _s(
+        "weighted",
+        "int int",
+        "return {a} * {k} + {b} * {m}",
+        "Return {a} times {k} plus {b} times {m}.",
+        k=(1, 2, 3, 4, 5),
+        d=(1, 2),
+    ),
+    _s(
+        "midpoint",
+        "int int",
+        "return ({a} + {b}) // 2 + {k}",
+        "Return the mean of {a} and {b}, rounded down, plus {k}.",
+        k=_K,
+    ),
+    _s(
+        "gap_or_more",
+        "int int",
+        "if {a} >= {b}:\n    return {a} - {b}\nreturn {b} - {a} + {k}",
+        "Return {a} minus {b} when {a} is at least {b}, else {b} minus {a} plus {k}.",
+        k=(1, 2, 3, 4, 5, 6),
+    ),
+    _s(
+        "double_less",
+        "int int",
+        "result = {a}\nfor _ in range({k}):\n    result = result * 2 - {b}\nreturn result",
+        "Starting from {a}, {k} times double the value and subtract {b}; return the result.",
+        k=(1, 2, 3),
+    ),
+    _s(
+        "in_window",
+        "int int",
+        "return {b} - {k} <= {a} < {b} + {k}",
+        "Return whether {a} is at least {b} minus {k} and below {b} plus {k}.",
+        k=(1, 2, 3, 4, 5),
+    ),
+    _s(
+        "sum_mod",
+        "int int",
+        "total = 0\nfor v in range({a}, {b} + 1):\n    total += v % {k}\nreturn total",
+        "Return the sum of v % {k} for every integer v from {a} to {b}, inclusive.",
+        k=(2, 3, 4),
+    ),
+    _s(
+        "wrap",
+        "str",
+        "return '{c}' + {a} + '{c}'",
+        "Return {a} with '{c}' before and after it.",
+        c=("*", "#", "|", "="),
+    ),
+    _s(
+        "vowel_count",
+        "str",
+        "return sum((1 for ch in {a} if ch in '{v}')) + {k}",
+        "Return how many characters of {a} are one of '{v}', plus {k}.",
+        v=("aeiou", "ae", "lo"),
+        k=(0, 1, 2),
+    ),
+    _s(
+        "middle",
+        "str",
+        "if len({a}) < {k}:\n    return {a}\nreturn {a}[1:-1]",
+        "Return {a} without its first and last characters ({a} itself when shorter than {k}).",
+        k=(2, 3, 4),
+    ),
+    _s(
+        "find_plus",
+        "str",
+        "pos = {a}.find('{c}')\nif pos < 0:\n    return {k}\nreturn pos + {k}",
+        "Return the index of the first '{c}' in {a} plus {k} ({k} when {a} has no '{c}').",
+        k=(1, 2, 3),
+        c=("a", "e", "o"),
+    ),
+    _s(
+        "shout",
+        "str",
+        "if len({a}) > {k}:\n    return {a}.upper()\nreturn {a}",
+        "Return {a} in upper case when it has more than {k} characters, else {a} unchanged.",
+        k=(1, 2, 3, 4, 5),
+    ),
+    _s(
+        "repeats",
+        "str",
+        "runs = 0\nfor i in range(1, len({a})):\n    if {a}[i] == {a}[i - 1]:\n        runs += 1\n"
+        "return runs + {k}",
+        "Return how many characters of {a} equal the one before them, plus {k}.",
+        k=(0, 1, 2),
+    ),
+    _s(
+        "common_start",
+        "str str",
+        "n = 0\nfor x, y in zip({a}, {b}):\n    if x != y:\n        break\n    n += 1\nreturn n * {k}",
+        "Return {k} times the length of the longest common prefix of {a} and {b}.",
+        k=(1, 2, 3),
+    ),
+    _s(
+        "splice",
+        "str str",
+        "return {a}[:{k}] + {b}[{k}:]",
+        "Return the first {k} characters of {a} followed by {b} without its first {k} characters.",
+        k=(1, 2, 3),
+    ),
+    _s(
+        "neighbour_products",
+        "list",
+        "total = {k}\nfor i in range(len({a}) - 1):\n    total += {a}[i] * {a}[i + 1]\nreturn total",
+        "Return {k} plus the sum of the products of neighbouring elements of {a}.",
+        k=(0, 1, 2, 3, 4),
+    ),
+    _s(
+        "running",
+        "list",
+        "out = []\ntotal = {k}\nfor x in {a}:\n    total -= x\n    out.append(total)\nreturn out",
+        "Return the running values of {k} minus the elements of {a} so far, as a list.",
+        k=(0, 1, 2, 3),
+    ),
+    _s(
+        "second_largest",
+        "list",
+        "if len({a}) < 2:\n    return {k}\nreturn sorted({a})[-2]",
+        "Return the second largest element of {a} ({k} when it has fewer than 2 elements).",
+        k=(0, 1, 9),
+    ),
+    _s(
+        "first_above",
+        "list",
+        "for x in {a}:\n    if x > {k}:\n        return x\nreturn -1",
+        "Return the first element of {a} above {k}, or -1 when there is none.",
+        k=(0, 1, 2, 3, 4, 5, 6),
+    ),
+    _s(
+        "last_below",
+        "list",
+        "found = None\nfor x in {a}:\n    if x < {k}:\n        found = x\nreturn found",
+        "Return the last element of {a} below {k} (None when there is none).",
+        k=(1, 2, 3, 4, 5, 6),
+    ),
+    _s(
+        "window_sum",
+        "list int",
+        "return sum({a}[{b}:{b} + {k}])",
+        "Return the sum of the {k} elements of {a} from index {b} on (fewer at the end).",
+        k=(2, 3),
+    ),
+    _s(
+        "rotate",
+        "list int",
+        "if not {a}:\n    return []\nshift = {b} % len({a})\nreturn {a}[shift:] + {a}[:shift]",
+        "Return {a} rotated left by {b} places ([] for an empty list).",
+    ),
+    _s(
+        "count_equal",
+        "list int",
+        "return len([x for x in {a} if x == {b}]) + {k}",
+        "Count the elements of {a} equal to {b}, plus {k}.",
+        k=(0, 1, 2),
+    ),
+    _s(
+        "nth_scaled",
+        "list int",
+        "if {b} < len({a}):\n    return {a}[{b}] * {k}\nreturn 0",
+        "Return the element of {a} at index {b} times {k}, or 0 when {b} is past the end.",
+        k=(1, 2, 3),
+    ),
 )
 """The grammar: every (shape, slot assignment) is one distinct function."""
 
@@ -467,6 +693,14 @@ def _pool(arg_types: tuple[str, ...]) -> list[list[Any]]:
     return copy.deepcopy(pools[arg_types])
 
 
+def input_pool(task: RepoTask) -> list[list[Any]]:
+    """The input pool of a procedural task's entry point: the grammar's pool for its argument types
+    (provenance ``kind``), less the inputs on which the reference raises (as generation leaves them)."""
+    pool = _pool(tuple(str(task.meta.provenance["kind"]).split("/")))
+    outcomes = _run(task.reference_source, task.meta.entry_point, pool)
+    return [args for args, o in zip(pool, outcomes, strict=True) if o.error is None]
+
+
 @dataclass(frozen=True)
 class FunctionSpec:
     """One generated function: its shape instance, names and source."""
@@ -492,37 +726,101 @@ def max_functions() -> int:
     return min(instances, len(VERBS) * len(NOUNS))
 
 
-def _draw_functions(n: int, rng: random.Random) -> list[FunctionSpec]:
-    """``n`` functions with distinct (shape, slots) and distinct names."""
-    instances = [(shape, slots) for shape in SHAPES for slots in shape.instances()]
+def _check_fractions(validation_fraction: float, test_fraction: float) -> None:
+    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"{name} must be in (0, 1), got {value}")
+    if validation_fraction + test_fraction >= 0.8:
+        raise ValueError(
+            f"validation_fraction + test_fraction must be below 0.8 (training keeps the rest), got "
+            f"{validation_fraction} + {test_fraction}"
+        )
+
+
+def assign_shapes(
+    seed: int, validation_fraction: float = 0.2, test_fraction: float = 0.2
+) -> dict[str, SplitName]:
+    """Each shape's split: a shuffle of the shapes seeded with ``seed``, then ``test`` takes shapes in
+    that order until it holds ``test_fraction`` of the grammar's functions, ``validation`` the next ones
+    up to ``validation_fraction``, and ``train`` the rest (keyed by shape name, in :data:`SHAPES`
+    order). A shape, with every slot assignment of it, is on one side only."""
+    _check_fractions(validation_fraction, test_fraction)
+    size = {s.name: len(s.instances()) for s in SHAPES}
+    order = [s.name for s in SHAPES]
+    random.Random(f"procedural-shapes:{seed}").shuffle(order)
+    total = sum(size.values())
+    chosen: dict[str, SplitName] = {}
+    i = 0
+    targets: tuple[tuple[SplitName, float], ...] = (
+        ("test", test_fraction),
+        ("validation", validation_fraction),
+    )
+    for split, fraction in targets:
+        filled = 0
+        while i < len(order) and filled < fraction * total:
+            chosen[order[i]] = split
+            filled += size[order[i]]
+            i += 1
+    chosen.update({name: "train" for name in order[i:]})
+    return {s.name: chosen[s.name] for s in SHAPES}
+
+
+def _split_sizes(n: int, shapes: dict[str, SplitName]) -> dict[SplitName, int]:
+    """Functions drawn per split: ``n`` shared in proportion to the split's functions in the grammar,
+    at least one each (``train`` takes what rounding leaves)."""
+    size = {s.name: len(s.instances()) for s in SHAPES}
+    total = sum(size.values())
+    share = {split: sum(size[k] for k, v in shapes.items() if v == split) for split in SPLITS}
+    out: dict[SplitName, int] = {
+        split: max(1, round(n * share[split] / total)) for split in ("validation", "test")
+    }
+    out["train"] = n - out["validation"] - out["test"]
+    return {split: out[split] for split in SPLITS}
+
+
+def _draw_functions(
+    counts: dict[SplitName, int], shapes: dict[str, SplitName], rng: random.Random
+) -> dict[SplitName, list[FunctionSpec]]:
+    """Per split, ``counts[split]`` functions of its shapes with distinct (shape, slots); every name is
+    distinct across the splits."""
     # Shapes with many slot values would crowd out the others: draw a shape first, then an instance.
     by_shape: dict[str, list[dict[str, Any]]] = {s.name: s.instances() for s in SHAPES}
     for values in by_shape.values():
         rng.shuffle(values)
     names = [f"{v}_{n_}" for v in VERBS for n_ in NOUNS]
     rng.shuffle(names)
-    shapes = list(SHAPES)
-    out: list[FunctionSpec] = []
-    while len(out) < n:
-        live = [s for s in shapes if by_shape[s.name]]
-        if not live:
-            raise AssertionError(f"the grammar has only {len(instances)} functions")
-        shape = rng.choice(live)
-        slots = by_shape[shape.name].pop()
-        arg_names = rng.choice(ARG_NAMES[shape.args])
-        out.append(FunctionSpec(shape, slots, names[len(out)], arg_names))
+    out: dict[SplitName, list[FunctionSpec]] = {}
+    used = 0
+    for split in SPLITS:
+        pool = [s for s in SHAPES if shapes[s.name] == split]
+        drawn: list[FunctionSpec] = []
+        while len(drawn) < counts[split]:
+            live = [s for s in pool if by_shape[s.name]]
+            if not live:
+                have = sum(len(s.instances()) for s in pool)
+                raise ValueError(
+                    f"the {split} split's templates have only {have} functions, {counts[split]} asked: "
+                    "lower n_functions"
+                )
+            shape = rng.choice(live)
+            slots = by_shape[shape.name].pop()
+            arg_names = rng.choice(ARG_NAMES[shape.args])
+            drawn.append(FunctionSpec(shape, slots, names[used], arg_names))
+            used += 1
+        out[split] = drawn
     return out
 
 
-def _modules(functions: list[FunctionSpec], rng: random.Random) -> list[tuple[str, list[FunctionSpec]]]:
-    """The functions grouped 1-3 per module, each module with a distinct name."""
-    names = [f"{d}_{s}" for d in DOMAINS for s in SUFFIXES]
-    rng.shuffle(names)
+def _modules(
+    functions: list[FunctionSpec], rng: random.Random, names: list[str], first: int
+) -> list[tuple[str, list[FunctionSpec]]]:
+    """The functions grouped 1-3 per module; module ``k`` (counted from ``first``) is named
+    ``names[k]`` (with a number once the names run out), so modules of several calls never clash."""
     out: list[tuple[str, list[FunctionSpec]]] = []
     i = 0
     while i < len(functions):
         size = rng.choice((1, 2, 2, 3))
-        k = len(out)
+        k = first + len(out)
         name = names[k % len(names)] + (str(k // len(names) + 1) if k >= len(names) else "")
         out.append((name, functions[i : i + size]))
         i += size
@@ -532,40 +830,24 @@ def _modules(functions: list[FunctionSpec], rng: random.Random) -> list[tuple[st
 # ---------------------------------------------------------------------------------------- running
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    value: Any = None
-    error: str | None = None  # exception class name
-
-    def same(self, other: _Outcome) -> bool:
-        if self.error is not None or other.error is not None:
-            return self.error == other.error
-        return values_equal(self.value, other.value, 1e-6)
-
-    def text(self) -> str:
-        return f"raises `{self.error}`" if self.error else f"returns `{self.value!r}`"
-
-
-def _run(source: str, fn: str, inputs: list[list[Any]]) -> list[_Outcome]:
+def _run(source: str, fn: str, inputs: list[list[Any]]) -> list[Outcome]:
     """``fn(*args)`` for each input, run here (the grammar has no unbounded loop)."""
-    namespace: dict[str, Any] = {}
-    exec(compile(source, "<procedural>", "exec"), namespace)  # our own generated code
-    out = []
-    for args in inputs:
-        try:
-            out.append(_Outcome(namespace[fn](*copy.deepcopy(args))))
-        except Exception as exc:  # a mutant that raises is caught by that input
-            out.append(_Outcome(error=type(exc).__name__))
-    return out
+    return run_calls(source, [(fn, args) for args in inputs])
 
 
-def _cover(order: list[int], kills: list[set[int]], bounds: tuple[int, int]) -> list[int]:
-    """Inputs (indices, from ``order``): the first ``bounds[0] - 1``, then greedily the one catching the
-    most uncaught mutants until all are caught or ``bounds[1]`` are chosen, then topped up."""
-    chosen = order[: bounds[0] - 1]
+def _cover(
+    order: list[int], kills: list[set[int]], bounds: tuple[int, int], start: Sequence[int] = ()
+) -> list[int]:
+    """Inputs (indices, from ``order``): ``start``, then the first of ``order`` up to ``bounds[0] - 1``,
+    then greedily the one catching the most uncaught mutants until all are caught or ``bounds[1]`` are
+    chosen, then topped up to ``bounds[0]``."""
+    chosen = list(start) + [i for i in order if i not in start][: max(0, bounds[0] - 1 - len(start))]
     uncaught = [k for k in kills if k and not k & set(chosen)]
     while uncaught and len(chosen) < bounds[1]:
-        best = max((i for i in order if i not in chosen), key=lambda i: sum(i in k for k in uncaught))
+        rest = [i for i in order if i not in chosen]
+        if not rest:
+            break
+        best = max(rest, key=lambda i: sum(i in k for k in uncaught))
         if not any(best in k for k in uncaught):
             break
         chosen.append(best)
@@ -580,33 +862,42 @@ def _case(fn: str, args: list[Any], expected: Any) -> TestCase:
     )
 
 
+def _kills(reference: list[Outcome], source: str, fn: str, inputs: list[list[Any]]) -> set[int]:
+    """The inputs on which ``source``'s ``fn`` behaves differently from the reference."""
+    outcomes = _run(source, fn, inputs)
+    return {i for i, (r, o) in enumerate(zip(reference, outcomes, strict=True)) if not r.same(o)}
+
+
 @dataclass
 class _Tested:
-    """A function's chosen tests and the mutants they catch."""
+    """A function's chosen tests, the inputs hidden cases are drawn from (in order of preference) and
+    the mutants the tests catch."""
 
     dev: list[int]
     hidden: list[int]
+    candidates: list[int]
     kept: list[Mutant]
+    adequate: bool  # the hidden cases catch every mutant of the reference that differs on the pool
 
 
 def _test_function(
     source: str, spec: FunctionSpec, inputs: list[list[Any]], mutants: list[Mutant], rng: random.Random
 ) -> _Tested:
+    """Developer cases (from one half of the pool) that catch the mutants both halves can catch, and
+    hidden cases that catch every mutant of the reference that differs from it on the pool (mutation
+    adequacy), within the bounds: from the other half first, then the rest of the pool, and a developer
+    case only for a mutant that no other input catches."""
     reference = _run(source, spec.name, inputs)
-    caught = [
-        {
-            i
-            for i, (r, o) in enumerate(zip(reference, _run(m.buggy, spec.name, inputs), strict=True))
-            if not r.same(o)
-        }
-        for m in mutants
-    ]
+    caught = [_kills(reference, m.buggy, spec.name, inputs) for m in mutants]
     order = list(range(len(inputs)))
     rng.shuffle(order)
-    dev_pool, hidden_pool = set(order[0::2]), set(order[1::2])
-    both = [k if k & dev_pool and k & hidden_pool else set() for k in caught]
-    dev = _cover([i for i in order if i in dev_pool], [k & dev_pool for k in both], DEV_CASES)
-    hidden = _cover([i for i in order if i in hidden_pool], [k & hidden_pool for k in both], HIDDEN_CASES)
+    dev_half, hidden_half = order[0::2], order[1::2]
+    both = [k & set(dev_half) if k & set(hidden_half) else set() for k in caught]
+    dev = _cover(dev_half, both, DEV_CASES)
+    # a developer case last: only for a mutant that no other input of the pool catches (a boundary)
+    candidates = hidden_half + [i for i in dev_half if i not in dev] + dev
+    hidden = _cover(candidates, caught, HIDDEN_CASES)
+    adequate = all(k & set(hidden) for k in caught if k)
     kept = [
         m
         for m, k in zip(mutants, caught, strict=True)
@@ -615,7 +906,24 @@ def _test_function(
         and m.buggy.count(m.after) == 1
         and m.buggy.replace(m.after, m.before, 1) == m.reference
     ]
-    return _Tested(dev, hidden, kept)
+    return _Tested(dev, hidden, candidates, kept, adequate)
+
+
+def _task_hidden(
+    tested: _Tested, mutant: Mutant, spec: FunctionSpec, inputs: list[list[Any]], reference: list[Outcome]
+) -> list[int] | None:
+    """The hidden cases of the task ``mutant`` makes: the function's, plus (greedily) cases that catch
+    every mutant of the buggy file that differs from the reference on the pool (a wrong one-line patch);
+    None when that takes more than the bound."""
+    found = mutate(mutant.buggy, spec.name, per_operator=0)
+    kills = [
+        _kills(reference, m.buggy, spec.name, inputs)
+        for f in found
+        for m in f.usable
+        if m.buggy != mutant.reference
+    ]
+    hidden = _cover(tested.candidates, kills, HIDDEN_CASES, start=tested.hidden)
+    return hidden if all(k & set(hidden) for k in kills if k) else None
 
 
 # ---------------------------------------------------------------------------------------- tasks
@@ -653,18 +961,17 @@ RARE_FIRST: Final = (
 would crowd out the rarer kinds."""
 
 
-def _pick(kept: list[Mutant], per_operator: int, cap: int, rng: random.Random) -> list[Mutant]:
-    """At most ``per_operator`` mutants per operator (seeded picks), then ``cap``, rarer kinds first."""
+def _pick(kept: list[Mutant], per_operator: int, rng: random.Random) -> list[Mutant]:
+    """At most ``per_operator`` mutants per operator (seeded picks), rarer kinds first."""
     by_op: dict[str, list[Mutant]] = {}
     for m in kept:
         by_op.setdefault(m.operator, []).append(m)
     rank = {op: i for i, op in enumerate(RARE_FIRST)}
     ops = sorted(by_op, key=lambda op: rank.get(op, len(rank)))
-    picked = [m for op in ops for m in rng.sample(by_op[op], min(per_operator, len(by_op[op])))]
-    return picked[:cap]
+    return [m for op in ops for m in rng.sample(by_op[op], min(per_operator, len(by_op[op])))]
 
 
-def _issue(spec: FunctionSpec, case: TestCase, got: _Outcome) -> str:
+def _issue(spec: FunctionSpec, case: TestCase, got: Outcome) -> str:
     call = f"{spec.name}({', '.join(repr(a) for a in case.call_args())})"
     return (
         f"`{spec.name}` returns a wrong result\n\n`{call}` {got.text()} but should return "
@@ -672,18 +979,27 @@ def _issue(spec: FunctionSpec, case: TestCase, got: _Outcome) -> str:
     )
 
 
+DROP_INADEQUATE: Final = "hidden tests cannot catch every mutant of the fixed or buggy file"
+DROP_SHARED_EDIT: Final = "bug edit (abstract) occurs in train"
+
+
 def _function_tasks(
-    module: _Module, spec: FunctionSpec, *, seed: int, split: Split, per_operator: int, cap: int
-) -> list[RepoTask]:
+    module: _Module, spec: FunctionSpec, *, seed: int, split: SplitName, per_operator: int, cap: int
+) -> tuple[list[RepoTask], int]:
+    """Up to ``cap`` tasks of ``spec``'s bugs, and how many picked bugs were left out because no hidden
+    cases within the bound catch every wrong patch (all of them when the fixed file's mutants are not
+    all caught)."""
     group = f"procedural/{module.name}.{spec.name}"
     rng = random.Random(f"procedural:{seed}:{group}")
     found = mutate(module.source, spec.name, seed=seed, per_operator=0, key=group)
     mutants = [m for f in found for m in f.usable]
     inputs = module.inputs[spec.name]
     tested = _test_function(module.source, spec, inputs, mutants, rng)
+    picked = _pick(tested.kept, per_operator, rng)
+    if not tested.adequate:
+        return [], min(len(picked), cap)
     reference = _run(module.source, spec.name, inputs)
     dev = [_case(spec.name, inputs[i], reference[i].value) for i in tested.dev]
-    hidden = [_case(spec.name, inputs[i], reference[i].value) for i in tested.hidden]
     others = [
         _case(
             f.name, module.inputs[f.name][0], _run(module.source, f.name, module.inputs[f.name][:1])[0].value
@@ -691,8 +1007,16 @@ def _function_tasks(
         for f in module.functions
         if f is not spec and module.inputs[f.name]
     ]
-    tasks = []
-    for pick, mutant in enumerate(_pick(tested.kept, per_operator, cap, rng)):
+    tasks: list[RepoTask] = []
+    skipped = 0
+    for mutant in picked:
+        if len(tasks) == cap:
+            break
+        hidden = _task_hidden(tested, mutant, spec, inputs, reference)
+        if hidden is None:
+            skipped += 1
+            continue
+        pick = len(tasks)
         outcomes = _run(mutant.buggy, spec.name, [inputs[i] for i in tested.dev])
         failing = next(j for j, i in enumerate(tested.dev) if not reference[i].same(outcomes[j]))
         tasks.append(
@@ -703,7 +1027,7 @@ def _function_tasks(
                 reference_source=mutant.reference,
                 entry_point=spec.name,
                 dev_tests=dev + others,
-                hidden_tests=hidden,
+                hidden_tests=[_case(spec.name, inputs[i], reference[i].value) for i in hidden],
                 issue=_issue(spec, dev[failing], outcomes[failing]),
                 group=group,
                 bug=BugInfo(
@@ -725,50 +1049,96 @@ def _function_tasks(
                 },
             )
         )
-    return tasks
+    return tasks, skipped
 
 
-def procedural_repo_tasks(
-    n_functions: int = 240,
-    seed: int = 0,
-    held_out_fraction: float = 0.25,
-    *,
-    per_operator: int = 1,
-    max_bugs_per_function: int = 3,
-) -> tuple[list[RepoTask], list[RepoTask]]:
-    """(train, held-out) repository tasks from ``n_functions`` generated functions (module docstring).
-
-    Raises ``ValueError`` naming the fix for a count, fraction or cap out of range.
-    """
+def _check_counts(n_functions: int, per_operator: int, max_bugs_per_function: int) -> None:
     limit = max_functions()
-    if not 2 <= n_functions <= limit:
+    if not 3 <= n_functions <= limit:
         raise ValueError(
-            f"n_functions must be in 2..{limit} (the grammar's distinct functions), got {n_functions}"
+            f"n_functions must be in 3..{limit} (one function per split at least; the grammar's distinct "
+            f"functions at most), got {n_functions}"
         )
-    if not 0.0 < held_out_fraction < 1.0:
-        raise ValueError(f"held_out_fraction must be in (0, 1), got {held_out_fraction}")
     if per_operator < 1 or max_bugs_per_function < 1:
         raise ValueError(
             "per_operator and max_bugs_per_function must be >= 1, "
             f"got {per_operator} and {max_bugs_per_function}"
         )
+
+
+def procedural_splits(
+    n_functions: int = DEFAULT_FUNCTIONS,
+    seed: int = 0,
+    *,
+    validation_fraction: float = 0.2,
+    test_fraction: float = 0.2,
+    per_operator: int = 1,
+    max_bugs_per_function: int = 3,
+) -> TaskSplits:
+    """Train / validation / test repository tasks from ``n_functions`` generated functions, disjoint by
+    template and by abstract bug edit, with mutation-adequate hidden tests (module docstring).
+
+    Raises ``ValueError`` naming the fix for a count, fraction or cap out of range.
+    """
+    _check_counts(n_functions, per_operator, max_bugs_per_function)
+    shapes = assign_shapes(seed, validation_fraction, test_fraction)
     rng = random.Random(f"procedural:{seed}")
-    modules = _modules(_draw_functions(n_functions, rng), rng)
-    order = list(range(len(modules)))
-    rng.shuffle(order)
-    n_held = min(len(modules) - 1, max(1, round(held_out_fraction * len(modules))))
-    held = set(order[:n_held])
-    train: list[RepoTask] = []
-    held_out: list[RepoTask] = []
-    for m, (name, functions) in enumerate(modules):
-        module = _build_module(name, functions)
-        split: Split = "held-out" if m in held else "train"
-        for spec in functions:
-            tasks = _function_tasks(
-                module, spec, seed=seed, split=split, per_operator=per_operator, cap=max_bugs_per_function
-            )
-            (held_out if m in held else train).extend(tasks)
-    return train, held_out
+    drawn = _draw_functions(_split_sizes(n_functions, shapes), shapes, rng)
+    module_names = [f"{d}_{s}" for d in DOMAINS for s in SUFFIXES]
+    rng.shuffle(module_names)
+    out: dict[SplitName, list[RepoTask]] = {}
+    dropped: dict[str, dict[str, int]] = {}
+    first = 0
+    for split in SPLITS:
+        modules = _modules(drawn[split], rng, module_names, first)
+        first += len(modules)
+        tasks: list[RepoTask] = []
+        skipped = 0
+        for name, functions in modules:
+            module = _build_module(name, functions)
+            for spec in functions:
+                made, n_skipped = _function_tasks(
+                    module, spec, seed=seed, split=split, per_operator=per_operator, cap=max_bugs_per_function
+                )
+                tasks.extend(made)
+                skipped += n_skipped
+        reasons = {DROP_INADEQUATE: skipped}
+        if split != "train":
+            seen = {task_edit(t) for t in out["train"]}
+            kept = [t for t in tasks if task_edit(t) not in seen]
+            reasons[DROP_SHARED_EDIT] = len(tasks) - len(kept)
+            tasks = kept
+        out[split] = tasks
+        dropped[split] = reasons
+    return TaskSplits(out["train"], out["validation"], out["test"], dropped)
+
+
+def procedural_repo_tasks(
+    n_functions: int = DEFAULT_FUNCTIONS,
+    seed: int = 0,
+    held_out_fraction: float = 0.4,
+    *,
+    per_operator: int = 1,
+    max_bugs_per_function: int = 3,
+) -> tuple[list[RepoTask], list[RepoTask]]:
+    """(train, held-out): :func:`procedural_splits` with ``held_out_fraction`` shared evenly between
+    validation and test, the two joined and labelled ``held-out`` (:meth:`TaskSplits.two_way`; the
+    view of ``--tasks procedural``). Experiments that tune settings use :func:`procedural_splits` and
+    score validation or test, never both.
+
+    Raises ``ValueError`` naming the fix for a count, fraction or cap out of range.
+    """
+    if not 0.0 < held_out_fraction < 0.8:
+        raise ValueError(f"held_out_fraction must be in (0, 0.8), got {held_out_fraction}")
+    splits = procedural_splits(
+        n_functions,
+        seed,
+        validation_fraction=held_out_fraction / 2,
+        test_fraction=held_out_fraction / 2,
+        per_operator=per_operator,
+        max_bugs_per_function=max_bugs_per_function,
+    )
+    return splits.two_way()
 
 
 def _substitute(text: str, mapping: dict[str, str]) -> str:

@@ -12,8 +12,10 @@ On disk, one directory per task::
       reference/src/<module>.py  the fixed source — never shown
 
 `task.json` holds: `task_id`, `issue` (the text the agent gets), `source_path` (e.g. `src/calc.py`),
-`entry_point`, `split` (`train` / `held-out`), `group` (the source function: every mutant of one
-function carries the same group, and a split never divides a group), `time_limit_s`,
+`entry_point`, `split` (`train` / `validation` / `test`; `held-out` in the two-way split of the
+HumanEval corpus and of corpora written before the three-way splits, which still load), `group` (the
+source function: every mutant of one function carries the same group, and a split never divides a
+group), `time_limit_s`,
 `float_tolerance`, `efficiency_budget_s`, `bug` (operator, line, before, after) and `provenance`
 (source, generator, seed). Test cases use the JSON task format of `code_task.py`.
 
@@ -24,8 +26,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,7 +38,16 @@ from transferlab.platform.io import temp_directory
 if TYPE_CHECKING:
     from transferlab.platform.trajectory import Domain
 
-Split = Literal["train", "held-out"]
+Split = Literal["train", "validation", "test", "held-out"]
+"""A task's split. Generated families (procedural, toy repositories) use ``train`` / ``validation`` /
+``test``: settings are tuned on validation and only a committed result scores test. ``held-out`` is the
+two-way split of the HumanEval corpus (``transferlab coding tasks build``) and of task directories
+written before the three-way splits; they load unchanged."""
+EvalSplit = Literal["validation", "test"]
+"""The splits an experiment may score: pilots score ``validation``, a committed result ``test``."""
+SplitName = Literal["train", "validation", "test"]
+"""The three splits of a generated family."""
+SPLITS: Final[tuple[SplitName, ...]] = ("train", "validation", "test")
 
 
 class BugInfo(BaseModel):
@@ -56,7 +68,9 @@ class RepoTaskMeta(BaseModel):
     issue: str = Field(min_length=1, description="The issue text the agent receives.")
     source_path: str = Field(description="Path of the buggy file inside repo/, e.g. src/calc.py.")
     entry_point: str = Field(description="Default function the test cases call.")
-    split: Split = Field(default="train", description="train or held-out.")
+    split: Split = Field(
+        default="train", description="train, validation or test (held-out: the two-way HumanEval corpus)."
+    )
     group: str = Field(description="Source function this task derives from; splits never divide a group.")
     time_limit_s: float = Field(default=2.0, gt=0, le=300, description="Wall limit for a test run.")
     float_tolerance: float = Field(default=1e-6, ge=0, description="Float comparison tolerance.")
@@ -119,6 +133,34 @@ class RepoTask(BaseModel):
             },
             source=self.meta.task_id,
         )
+
+
+@dataclass(frozen=True)
+class TaskSplits:
+    """One generation's tasks in its three splits, and how many were left out of each, and why
+    (``dropped[split][reason]``: e.g. a bug edit that occurs in training)."""
+
+    train: list[RepoTask]
+    validation: list[RepoTask]
+    test: list[RepoTask]
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def of(self, split: SplitName) -> list[RepoTask]:
+        """The tasks of ``split``."""
+        return {"train": self.train, "validation": self.validation, "test": self.test}[split]
+
+    def counts(self) -> dict[str, int]:
+        """Tasks per split, in :data:`SPLITS` order."""
+        return {s: len(self.of(s)) for s in SPLITS}
+
+    def two_way(self) -> tuple[list[RepoTask], list[RepoTask]]:
+        """(train, validation + test relabelled ``held-out``): the two-way view of callers that score
+        every task outside training (``--tasks procedural --split held-out``)."""
+        held = [
+            t.model_copy(update={"meta": t.meta.model_copy(update={"split": "held-out"})})
+            for t in self.validation + self.test
+        ]
+        return list(self.train), held
 
 
 def render_dev_tests(module: str, cases: list[TestCase], entry_point: str) -> str:

@@ -10,10 +10,14 @@ bug (wrong operator, constant off by one) in a given share of its bodies — the
 contains mistakes. SFT copies the mistakes; RL against the verifier can remove them. This is what
 gives RL headroom over SFT in ``transferlab coding experiment learn``.
 
-**Multi-turn** (:func:`toy_repo_tasks`): the same functions as one-file repositories for
-`transferlab/CodeRepair-v0` with the wrong operator; the agent must read the source to know
-the constant (the issue names only the right operation), edit the line, test and submit
-(:func:`toy_repo_plan` is the expert's plan).
+**Multi-turn** (:func:`toy_repo_splits`, :func:`toy_repo_tasks`): the same functions as one-file
+repositories for `transferlab/CodeRepair-v0` with the wrong operator; the agent must read the source to
+know the constant (the issue names only the right operation), edit the line, test and submit
+(:func:`toy_repo_plan` is the expert's plan). These repositories split into train / validation / test
+by the expert's edit (the operator it writes over the wrong one, :func:`repo_edit`): operations that
+share an edit (``sub`` and ``rsub`` both turn ``+`` into ``-``) are on one side, so no validation or
+test task is repaired by an edit, verbatim or up to constants and argument names, that a training
+task teaches.
 """
 
 from __future__ import annotations
@@ -23,7 +27,15 @@ import random
 from collections.abc import Callable
 
 from transferlab.coding_rl.tasks.code_task import CodeTask, TestCase, task_from_dict
-from transferlab.coding_rl.tasks.repo_task import BugInfo, RepoTask, Split, make_repo_task
+from transferlab.coding_rl.tasks.repo_task import (
+    SPLITS,
+    BugInfo,
+    RepoTask,
+    Split,
+    SplitName,
+    TaskSplits,
+    make_repo_task,
+)
 
 # name -> (description template with {k}, body template with {k}, python function)
 OPERATIONS: dict[str, tuple[str, str, Callable[[int, int], int]]] = {
@@ -182,18 +194,71 @@ def _eval(body: str, x: int) -> object:
     return namespace["f"](x)  # type: ignore[operator]
 
 
+def repo_edit(op: str) -> tuple[str, str]:
+    """The expert's edit on ``op``'s repository: (the wrong operator it replaces, the right one)."""
+    _, wrong, right = REPO_BUGS[op]
+    return wrong, right
+
+
+def assign_edits(
+    seed: int, operations: tuple[str, ...], validation_fraction: float = 0.2, test_fraction: float = 0.2
+) -> dict[str, SplitName]:
+    """Each operation's split, by its expert edit: the distinct edits (sorted) are shuffled with a
+    ``random.Random`` seeded by ``seed``; ``test`` takes the first ``max(1, round(test_fraction x
+    edits))``, ``validation`` the next ``max(1, round(validation_fraction x edits))`` (none when only
+    two edits exist: train and test keep one each), ``train`` the rest. Raises ``ValueError`` naming
+    the fix for unknown operations or fewer than two distinct edits."""
+    unknown = sorted(set(operations) - set(OPERATIONS))
+    if unknown:
+        raise ValueError(f"unknown toy operation(s) {unknown}; choose from {sorted(OPERATIONS)}")
+    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"{name} must be in (0, 1), got {value}")
+    edits = sorted({repo_edit(op) for op in operations})
+    if len(edits) < 2:
+        raise ValueError(
+            f"operations {list(operations)} share one expert edit, so no split can keep its edits out of "
+            f"training: add an operation with another edit (one of {sorted(OPERATIONS)})"
+        )
+    random.Random(f"toy-repo-split:{seed}").shuffle(edits)
+    n_test = min(len(edits) - 1, max(1, round(test_fraction * len(edits))))
+    n_val = min(len(edits) - 1 - n_test, max(1, round(validation_fraction * len(edits))))
+    side: dict[tuple[str, str], SplitName] = {}
+    for i, edit in enumerate(edits):
+        side[edit] = "test" if i < n_test else "validation" if i < n_test + n_val else "train"
+    return {op: side[repo_edit(op)] for op in operations}
+
+
+def toy_repo_splits(
+    seed: int = 0,
+    operations: tuple[str, ...] = BASIC_OPERATIONS,
+    *,
+    validation_fraction: float = 0.2,
+    test_fraction: float = 0.2,
+) -> TaskSplits:
+    """The toy functions as CodeRepair-v0 tasks in train / validation / test, split by the expert's edit
+    (:func:`assign_edits`; in ``operations`` order, then constant); the (op, k) whose wrong operator
+    changes nothing are left out."""
+    sides = assign_edits(seed, operations, validation_fraction, test_fraction)
+    out: dict[SplitName, list[RepoTask]] = {split: [] for split in SPLITS}
+    for op in operations:
+        out[sides[op]] += [toy_repo_task(op, k, sides[op]) for k in range(10) if has_repo_bug(op, k)]
+    return TaskSplits(out["train"], out["validation"], out["test"])
+
+
 def toy_repo_tasks(
-    held_out_fraction: float = 0.25, seed: int = 0, operations: tuple[str, ...] = BASIC_OPERATIONS
+    held_out_fraction: float = 0.4, seed: int = 0, operations: tuple[str, ...] = BASIC_OPERATIONS
 ) -> tuple[list[RepoTask], list[RepoTask]]:
-    """The toy functions as CodeRepair-v0 tasks, split like :func:`toy_tasks` (same seed, same split);
-    the (op, k) whose wrong operator changes nothing are left out."""
-    train, held = toy_tasks(held_out_fraction, seed, operations)
-
-    def repos(tasks: list[CodeTask], split: Split) -> list[RepoTask]:
-        keys = [(str(t.provenance["operation"]), int(t.provenance["constant"])) for t in tasks]
-        return [toy_repo_task(op, k, split) for op, k in keys if has_repo_bug(op, k)]
-
-    return repos(train, "train"), repos(held, "held-out")
+    """(train, held-out): :func:`toy_repo_splits` with ``held_out_fraction`` shared evenly between
+    validation and test, the two joined and labelled ``held-out`` (:meth:`TaskSplits.two_way`): the
+    view of the callers that score every task outside training. No held-out task shares an expert edit
+    with training either way."""
+    if not 0.0 < held_out_fraction < 1.0:
+        raise ValueError(f"held_out_fraction must be in (0, 1), got {held_out_fraction}")
+    splits = toy_repo_splits(
+        seed, operations, validation_fraction=held_out_fraction / 2, test_fraction=held_out_fraction / 2
+    )
+    return splits.two_way()
 
 
 def call(action: str, **args: str) -> str:
