@@ -19,7 +19,7 @@ from transferlab.cli import app
 
 runner = CliRunner()
 
-SFT_CONFIG = {"steps": 3, "batch_size": 4, "lr": 1e-2}
+SFT_CONFIG = {"steps": 20, "batch_size": 4, "lr": 1e-2}
 RL_CONFIG = {
     "steps": 1,
     "tasks_per_step": 4,
@@ -111,14 +111,14 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_sft_then_grpo_then_eval_on_the_tiny_policy(tiny: Path, tmp_path: Path) -> None:
     sft = ok(train("sft", tiny, tmp_path / "sft", tmp_path))
-    assert "sft: 3 steps on toy" in sft.stdout and "peak memory" in sft.stdout
+    assert "sft: 20 steps on toy" in sft.stdout and "peak memory" in sft.stdout
     assert_reloads_changed(tiny, tmp_path / "sft")
     [run_dir] = (tmp_path / "runs" / "coding-train-sft").iterdir()
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["model"] == str(tiny.resolve()) and config["sft"]["steps"] == 3
+    assert config["model"] == str(tiny.resolve()) and config["sft"]["steps"] == 20
     assert (run_dir / "metrics.parquet").is_file()
     summary = json.loads((run_dir / "artifacts" / "summary.json").read_text())
-    assert summary["steps"] == 3 and summary["tokens_per_s"] > 0 and summary["peak_memory_gib"] > 0
+    assert summary["steps"] == 20 and summary["tokens_per_s"] > 0 and summary["peak_memory_gib"] > 0
 
     grpo = ok(train("grpo", tmp_path / "sft", tmp_path / "grpo", tmp_path, "--rollout-backend", "inline"))
     assert "grpo: 1 steps" in grpo.stdout and "sampled tokens/s" in grpo.stdout
