@@ -64,7 +64,8 @@ def _free_port() -> int:
 @pytest.fixture
 def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, ReviewService, int]:
     """The database URL, its service, and a low-risk suggestion ``sam`` submitted for rita to approve."""
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**8)  # the hash carries its work factor: the app checks it
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 64)  # the hash carries its work factor: the app checks it
+    monkeypatch.setattr(auth, "ARGON2_TIME_COST", 1)
     url = f"sqlite:///{tmp_path / 'review.db'}"
     svc = ReviewService(ReviewStore(url))
     ada = svc.add_user(None, "ada", "pass-word-ada", "admin")

@@ -30,7 +30,8 @@ class PageConfig(BaseConfig):
 @pytest.fixture
 def viewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A review database with one viewer (the lowest role); returns the user's name."""
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**8)
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 64)
+    monkeypatch.setattr(auth, "ARGON2_TIME_COST", 1)
     url = f"sqlite:///{tmp_path / 'review.db'}"
     monkeypatch.setenv("TRANSFERLAB_REVIEW_DB", url)
     svc = ReviewService(ReviewStore(url))

@@ -72,7 +72,8 @@ class Seeded:
 
 @pytest.fixture
 def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**8)  # cheap hashes: sign-in runs on every test
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 64)  # cheap hashes: sign-in runs on every test
+    monkeypatch.setattr(auth, "ARGON2_TIME_COST", 1)
     url = f"sqlite:///{tmp_path / 'review.db'}"
     monkeypatch.setenv("TRANSFERLAB_REVIEW_DB", url)
     svc = ReviewService(ReviewStore(url))

@@ -244,5 +244,6 @@ def count_rows() -> Callable[[ReviewStore], dict[str, int]]:
 
 @pytest.fixture(autouse=True)
 def _cheap_scrypt(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests add many users: hash with a small scrypt work factor (test_auth checks the real one)."""
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**8)
+    """Tests add many users: hash with small argon2id work factors (test_auth checks the real ones)."""
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 64)
+    monkeypatch.setattr(auth, "ARGON2_TIME_COST", 1)

@@ -13,10 +13,18 @@ from typing import cast
 
 from sqlalchemy import delete as sa_delete
 from sqlalchemy import func, select
+from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from transferlab.human_review.auth import ROLES, Role, hash_password, password_problem, verify_password
+from transferlab.human_review.auth import (
+    ROLES,
+    Role,
+    hash_password,
+    needs_rehash,
+    password_problem,
+    verify_password,
+)
 from transferlab.human_review.schema import ReviewError
 from transferlab.human_review.service_common import (
     DISABLED_PREFIX,
@@ -175,7 +183,21 @@ def authenticate(ctx: ServiceContext, name: str, password: str) -> User:
     with ctx.store.session() as s:
         _refuse_throttled(ctx, s, key)  # a cool-down that began meanwhile holds for this one too
         s.execute(sa_delete(SignInFailureRow).where(SignInFailureRow.name == key))
+    if needs_rehash(stored):
+        _upgrade_hash(ctx, row.id, stored, password)
     return User(id=row.id, name=row.name, role=cast(Role, row.role), created_at=row.created_at)
+
+
+def _upgrade_hash(ctx: ServiceContext, user_id: int, stored: str, password: str) -> None:
+    """Replace an outdated hash (a legacy scheme or old work factors) by the current one, now that the
+    password is known; only if it is still the stored one (a password changed meanwhile wins)."""
+    fresh = hash_password(password)  # slow on purpose: outside the transaction
+    with ctx.store.session() as s:
+        s.execute(
+            sa_update(UserRow)
+            .where(UserRow.id == user_id, UserRow.password_hash == stored)
+            .values(password_hash=fresh)
+        )
 
 
 def _refuse_throttled(ctx: ServiceContext, s: Session, name: str) -> None:
