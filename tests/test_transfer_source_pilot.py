@@ -36,4 +36,4 @@ def test_the_previous_preset_is_reachable_and_rl_steps_zero_skips_grpo() -> None
     assert changes["rl"]["steps"] == 0  # the pilot's record keeps what was asked
     assert stage.sft.seed == stage.rl.seed == 3
     _, preset, steps = pilot.changed_stage({}, seed=0)
-    assert (preset.demo_tasks, preset.sft.steps, preset.rl.rewards, steps) == (44, 400, "sparse", 30)
+    assert (preset.demo_tasks, preset.sft.steps, preset.rl.rewards, steps) == (38, 400, "sparse", 30)

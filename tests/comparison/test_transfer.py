@@ -289,5 +289,5 @@ def test_resuming_with_other_settings_is_one_error_naming_them(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "continues with the settings it saved" in err[0]
-    assert "coding.demo_tasks (saved 2, given 44)" in err[0] and "39 more" in err[0]
+    assert "coding.demo_tasks (saved 2, given 38)" in err[0] and "39 more" in err[0]
     assert sorted(p.name for p in run.dir.iterdir()) == before

@@ -124,9 +124,10 @@ class CodingPretrainConfig(BaseConfig):
     operations: list[str] = Field(default=sorted(OPERATIONS), min_length=1, description="Toy operations.")
     held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of coding tasks held out.")
     demo_tasks: int = Field(
-        default=44,
+        default=38,
         ge=1,
-        description="Coding training tasks with an expert demo (44: all of the six operations').",
+        description="Coding training tasks with an expert demo (38: every training toy repository; "
+        "validation and test hold one operation's each).",
     )
     sft: SFTConfig = Field(default_factory=_coding_sft, description="Coding SFT.")
     rl: RLConfig = Field(default_factory=_coding_rl, description="Coding GRPO (sparse rewards).")

@@ -143,12 +143,10 @@ def default_texts() -> tuple[str, ...]:
     from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_solution, toy_tasks
     from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
-    code_train, code_held = toy_tasks(0.25, 0)
-    repo_train, repo_held = toy_repo_tasks(0.25, 0)
-    texts = [
-        f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_train + code_held
-    ]
-    return tuple(texts * 10 + list(corpus_texts(repo_train + repo_held)) * 3)
+    code_train, _ = toy_tasks(0.25, 0)  # training text only: no held-out task shapes the vocabulary
+    repo_train, _ = toy_repo_tasks(0.25, 0)
+    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_train]
+    return tuple(texts * 10 + list(corpus_texts(repo_train)) * 3)
 
 
 def family_tokenizer(
