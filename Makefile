@@ -21,6 +21,7 @@ install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/transferlab demo
+	@echo "transferlab is installed in $(VENV): run 'source $(VENV)/bin/activate' to use the commands above as printed"
 
 test: install
 	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)

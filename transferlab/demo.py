@@ -548,7 +548,7 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
         )
     ctx.console.print(table)
     risks = {r: sum(v.risk == r for v in views) for r in ("low", "medium", "high")}
-    serve = f"TRANSFERLAB_PASSWORD={admin_pw} transferlab review serve --db {url}"
+    serve = f"transferlab review serve --db {url}"  # people sign in in the app itself
     worker = f"TRANSFERLAB_PASSWORD={admin_pw} transferlab review worker --once --db {url} --user admin"
     agreement = (
         f"TRANSFERLAB_PASSWORD={reviewer_pw} transferlab review reports agreement --db {url} --user reviewer"

@@ -228,7 +228,7 @@ def test_rate_stores_expert_ratings_as_rewards(review: Review) -> None:
     assert svc.add_report(ada, "ops-0001", "why did sales fall?", "a stock-out", 6.0, "expert") == 1
     first = review("rate", "report-1", "8", "--comment", "names the stock-out", user="bob")
     assert first.exit_code == 0, first.output
-    assert first.stdout.strip().isdigit()
+    assert first.stdout.strip() == "rating 1: report-1 scored 8/10 by bob"
     out_of_range = review("rate", "report-1", "11", user="bob")
     assert out_of_range.exit_code != 0 and "10" in _one_error_line(out_of_range)
     assert ratings_as_rewards(svc, ada) == [("report-1", 0.8)]
@@ -700,3 +700,22 @@ def test_a_signed_in_account_that_is_disabled_is_refused_at_its_next_call(review
     service.disable_user(ada, "bob")
     with pytest.raises(AuthError, match="disabled"):
         service.submit(bob, SUGGESTION)
+
+
+def test_serve_on_a_busy_port_is_one_error_line_and_starts_nothing(tmp_path: Path) -> None:
+    import socket
+
+    db = ["--db", f"sqlite:///{tmp_path / 'review.db'}"]
+    added = runner.invoke(
+        app,
+        ["review", "users", "add", "ada", "--role", "admin", *db],
+        env={"TRANSFERLAB_NEW_PASSWORD": "password1"},
+    )
+    assert added.exit_code == 0, added.output
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = int(busy.getsockname()[1])
+        out = runner.invoke(app, ["review", "serve", "--port", str(port), *db])
+    assert out.exit_code == 2 and "review app on" not in out.output
+    assert f"port {port} on 127.0.0.1 is in use" in _one_error_line(out) and "--port" in _one_error_line(out)

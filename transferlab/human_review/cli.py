@@ -490,7 +490,7 @@ def rate_command(
     db: DbOption = None,
     user: UserOption = None,
 ) -> None:
-    """Rate an assistant's analysis report 0-10; prints the rating's id.
+    """Rate an assistant's analysis report 0-10; prints what was recorded, with the rating's id.
 
     Ratings are kept as rewards (score / 10) for the ops tool environment, whose reward is an
     expert's rating of the agent's final report.
@@ -499,7 +499,7 @@ def rate_command(
     actor = _sign_in(service, user)
     with _refusals():
         rating_id = service.rate(actor, subject, score, comment)
-    print(rating_id)
+    print(f"rating {rating_id}: {subject} scored {score:g}/10 by {actor.name}")
 
 
 # ------------------------------------------------------------------------------------------- reports
@@ -875,9 +875,27 @@ def serve_command(
         )
     url = _url(db)
     _require_database(url, "nobody could sign in; add the first account (same --db) with")
+    if not port_free(address, port):
+        fail(
+            f"port {port} on {address} is in use (another app, or this one already running): "
+            "pick a free one with --port"
+        )
     env = os.environ | {ENV_REVIEW_DB: url}
     print(f"review app on {listen_url(address, port)} (database {url})", file=sys.stderr)
     raise typer.Exit(_run_forwarding_signals(serve_command_line(port, address), env))
+
+
+def port_free(address: str, port: int) -> bool:
+    """Whether a server could listen on ``address:port`` now (checked by binding it for a moment)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
 
 
 def listen_url(address: str, port: int) -> str:
