@@ -76,6 +76,7 @@ from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_learn import OpsLearnConfig, per_task
 from transferlab.comparison.ops_training import (
+    EvalSplit,
     OpsTrainingConfig,
     PrefixLogger,
     fresh_policy,
@@ -122,7 +123,17 @@ class CodingPretrainConfig(BaseConfig):
     (sparse rewards) on CodeRepair-v0 toy repos."""
 
     operations: list[str] = Field(default=sorted(OPERATIONS), min_length=1, description="Toy operations.")
-    held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of coding tasks held out.")
+    held_out_fraction: float = Field(
+        default=0.25,
+        gt=0,
+        lt=1,
+        description="Share of coding tasks outside training: half validation, half test.",
+    )
+    eval_split: EvalSplit = Field(
+        default="validation",
+        description="The toy repositories the source policy is scored on: 'validation' for pilots, 'test' "
+        "only for a committed result (split by the expert's edit: no scored edit occurs in training).",
+    )
     demo_tasks: int = Field(
         default=38,
         ge=1,
@@ -181,7 +192,7 @@ def transfer_test_config() -> TransferConfig:
         seeds=[0],
         ops=ops_test_config(),
         coding=CodingPretrainConfig(
-            operations=["add", "sub"],
+            operations=["add", "mul", "sub"],  # three distinct edits: train, validation, test
             demo_tasks=2,
             sft=SFTConfig(steps=3, batch_size=2),
             rl=_coding_rl().model_copy(
@@ -274,10 +285,12 @@ def habits_when_writing(trajs: Sequence[Trajectory]) -> dict[str, float]:
 
 
 def coding_tasks(cc: CodingPretrainConfig) -> tuple[list[Any], list[Any]]:
-    """The coding stage's training and held-out toy repositories."""
-    from transferlab.coding_rl.tasks.toy import toy_repo_tasks
+    """The coding stage's training toy repositories and those of ``cc.eval_split``."""
+    from transferlab.coding_rl.tasks.toy import toy_repo_splits
 
-    return toy_repo_tasks(cc.held_out_fraction, 0, tuple(cc.operations))
+    half = cc.held_out_fraction / 2
+    splits = toy_repo_splits(0, tuple(cc.operations), validation_fraction=half, test_fraction=half)
+    return splits.scored(cc.eval_split)
 
 
 def coding_demos(cc: CodingPretrainConfig, train: list[Any], tokenizer: Any, sandbox: Any) -> list[Any]:
@@ -613,6 +626,8 @@ def build_result(config: TransferConfig, results: dict[str, dict[str, Any]], com
         settings=settings,
         arms=arms,
         comparisons=comparisons,
+        scored_split=f"ops: {config.ops.eval_split}; coding source: {config.coding.eval_split}",
+        tuned_on="validation",
     )
 
 

@@ -60,8 +60,8 @@ from transferlab.coding_rl.experiments.common import (
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
-from transferlab.coding_rl.tasks.repo_task import RepoTask
-from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_plan, toy_repo_tasks, toy_tasks
+from transferlab.coding_rl.tasks.repo_task import EvalSplit, RepoTask
+from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_plan, toy_repo_splits, toy_tasks
 from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
 from transferlab.platform.harness import Experiment
@@ -76,7 +76,14 @@ class AgentExperimentConfig(ModelChoice):
 
     seeds: list[int] = Field(default=[0, 1, 2], min_length=1, description="One SFT + RL pipeline per seed.")
     operations: list[str] = Field(default=sorted(OPERATIONS), min_length=1, description="Toy operations.")
-    held_out_fraction: float = Field(default=0.25, gt=0, lt=1, description="Share of tasks held out.")
+    held_out_fraction: float = Field(
+        default=0.25, gt=0, lt=1, description="Share of tasks outside training: half validation, half test."
+    )
+    eval_split: EvalSplit = Field(
+        default="validation",
+        description="The split scored: 'validation' for pilots and tuning, 'test' only for a committed "
+        "result (toy repositories split by the expert's edit: no scored edit occurs in training).",
+    )
     demo_tasks: int = Field(
         default=20, ge=1, description="Training tasks with an expert demonstration (the rest have none)."
     )
@@ -146,7 +153,9 @@ class Setup:
     ) -> None:
         ops = tuple(config.operations)
         self.exp, self.config, self.sandbox, self.start = exp, config, sandbox, start
-        self.train, self.held = toy_repo_tasks(config.held_out_fraction, 0, ops)
+        half = config.held_out_fraction / 2
+        splits = toy_repo_splits(0, ops, validation_fraction=half, test_fraction=half)
+        self.train, self.held = splits.scored(config.eval_split)
         if start is not None:
             self.tokenizer = start.tokenizer
         else:
@@ -392,10 +401,10 @@ def _primary(result: Result, name: str) -> Comparison:
 
 def _comparison_paragraph(report: Report, result: Result) -> None:
     report.paragraph(
-        "Differences on held-out success, paired on the same seeds and tasks; 95% two-stage bootstrap "
-        "intervals clustered by seed (and, where given, by (seed, task)); MDE = the smallest true "
-        "difference the interval's width would detect with 80% power (too small with few seeds, like "
-        "the intervals). Every figure here is in result.json next to this report."
+        "Differences on held-out success, paired on the same seeds and tasks; 95% t-intervals over the "
+        "seeds' paired differences (docs/guide/methods.md; a (seed, task) interval, where given, is "
+        "conditional on the trained policies and carries no verdict); MDE = the smallest true difference "
+        "the interval would detect with 80% power. Every figure here is in result.json next to this report."
     )
     report.table(comparison_rows(result))
 
@@ -414,6 +423,8 @@ def _result(
         settings=config.model_dump(mode="json"),
         arms=arms,
         comparisons=comparisons,
+        scored_split=config.eval_split,
+        tuned_on="validation",
     )
 
 

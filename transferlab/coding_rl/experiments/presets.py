@@ -40,7 +40,7 @@ AGENT_PRESETS: dict[str, AgentExperimentConfig] = {
     "cpu": AgentExperimentConfig(),
     "smoke": AgentExperimentConfig(
         seeds=[0],
-        operations=["add", "sub"],
+        operations=["add", "mul", "sub"],  # three distinct edits: one each for train, validation, test
         demo_tasks=4,
         policy=TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=512),
         sft=SFTConfig(steps=5, batch_size=4),

@@ -153,6 +153,17 @@ class TaskSplits:
         """Tasks per split, in :data:`SPLITS` order."""
         return {s: len(self.of(s)) for s in SPLITS}
 
+    def scored(self, split: EvalSplit) -> tuple[list[RepoTask], list[RepoTask]]:
+        """(train, the tasks of ``split``): what an experiment trains on and scores; a ValueError
+        naming the fix when that split is empty (too few distinct templates or edits)."""
+        tasks = self.of(split)
+        if not tasks:
+            raise ValueError(
+                f"the {split} split is empty ({self.counts()}): it needs tasks whose template and bug "
+                "edit occur nowhere in training; give more operations or functions"
+            )
+        return list(self.train), list(tasks)
+
     def two_way(self) -> tuple[list[RepoTask], list[RepoTask]]:
         """(train, validation + test relabelled ``held-out``): the two-way view of callers that score
         every task outside training (``--tasks procedural --split held-out``)."""
