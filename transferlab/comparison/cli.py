@@ -195,7 +195,8 @@ def _probes_readme(result: dict[str, Any], table: str) -> str:
             "Scripted agents that try to pass OpsAnalysis-v0 without the analysis, and honest controls "
             "(`transferlab.simulator.ops.probes`). Limits: a degenerate probe passes at most 5% of the "
             "scenarios, an honest one at least 95%; a *chance* probe (one cause always, after the "
-            "expert's queries) passes exactly on its cause's family, the floor of any per-report grader "
+            "expert's queries) passes at most on its cause's family (a fifth of the split), the floor of any "
+            "per-report grader "
             f"that checks the cause. The suite {verdict}.",
             "",
             table,

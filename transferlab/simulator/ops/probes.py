@@ -14,7 +14,7 @@ expert report, no queries          degenerate    the expert's final report of th
 every tool output pasted           degenerate    the expert's queries, then all their output as the report
 random agent                       degenerate    :class:`~transferlab.simulator.ops.env.RandomAgent`
 one cause always: <cause>          chance        the expert's queries, then ``Cause: <cause>.`` and all
-                                                 their output: right exactly when the task's family is
+                                                 their output: right at most when the task's family is
                                                  that cause, the floor no per-report grader goes below
 expert                             honest        :class:`~transferlab.simulator.ops.env.ExpertAgent`
 expert, compact                    honest        the same, compact reports (the demonstrations)
@@ -46,7 +46,7 @@ from transferlab.simulator.ops.scenarios import FAMILIES, OpsTask, check_split, 
 ProbeKind = Literal["degenerate", "chance", "honest"]
 LIMITS: dict[str, tuple[str, float]] = {"degenerate": ("<=", 0.05), "honest": (">=", 0.95)}
 """What each kind must hold on a split: at most 5% success for a degenerate probe, at least 95% for an
-honest one. A chance probe has no limit (it passes exactly on its cause's family)."""
+honest one. A chance probe has no limit (it passes at most on its cause's family)."""
 CAUSE_WORDS: dict[str, str] = {
     "stock_out": "a stock-out",
     "competitor_price_cut": "a competitor price cut",
