@@ -186,7 +186,7 @@ def test_demo_ends_with_the_comparison_and_both_paths(demo_run: tuple[DemoResult
     assert section["ops_scores"]["expert"] > section["ops_scores"]["random"]
     assert "环境确定性 determinism" in output
     tail = output[output.rindex("next") :]
-    assert f"comparison report: {report}" in tail and "review app: TRANSFERLAB_PASSWORD=" in tail
+    assert f"comparison report: {report}" in tail and "review app: transferlab review serve --db " in tail
     review = result.summaries["review: suggestions from the trained policies, queued for people"]
     assert len(review["reports"]) == 4 and "Rate reports" in output
 

@@ -224,7 +224,9 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     sft_arm = json.loads((run_dir / "arms" / "sft-seed0" / "result.json").read_text())
     assert sft_arm["demonstrations"] == 3 and sft_arm["recovery_demonstrations"] == 1  # recovery_every=2
     assert result.settings["tasks"]["rl"] == 3  # the undemonstrated modules' tasks
-    assert result.model_extra == {"scored_split": "validation", "tuned_on": "validation"}
+    extra = result.model_extra or {}
+    assert (extra["scored_split"], extra["tuned_on"]) == ("validation", "validation")
+    assert extra["provenance"]["command"] == result.command  # written with the result
     assert n_held == len(task_splits(AGENT_LEARN_PRESETS["smoke"]).validation)
     sft_metrics = read_metrics(run_dir / "arms" / "sft-seed0" / "metrics.parquet")
     copy_steps = sorted(sft_metrics[sft_metrics.key == "sft/copy_accuracy"].step)
