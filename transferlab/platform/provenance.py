@@ -2,10 +2,8 @@
 package versions and wall time, as one dict a ``result.json`` keeps under ``provenance``.
 
 >>> p = provenance("transferlab ops probes --split test", wall_s=1.5)
->>> sorted(p)[:5]
-['command', 'cpu_count', 'git_commit', 'git_dirty', 'machine']
->>> sorted(p)[5:]
-['packages', 'python', 'torch_threads', 'wall_s']
+>>> print(" ".join(sorted(p)))
+command cpu_count git_commit git_dirty machine packages python torch_threads wall_s
 """
 
 from __future__ import annotations
