@@ -185,3 +185,28 @@ def test_ope_words_say_the_verdict_the_behaviour_value_and_a_rounded_ess() -> No
         views.ope_words(trusted)
     )
     assert views.ope_words({"ope": None}) is None
+
+
+def test_the_exact_line_spans_every_value_of_its_metric() -> None:
+    import doctest
+
+    from transferlab.human_review import views as views_module
+
+    rows = [
+        {"metric": "profit", "predicted": 9.5, "low": 2.0, "high": 15.0, "real": 16.0},
+        {"metric": "profit", "predicted": -1.0, "low": -4.0, "high": 2.5, "real": 0.0},
+        {"metric": "orders", "predicted": 3.0, "low": 3.0, "high": 3.0, "real": 3.0},
+    ]
+    line = views_module.exact_line(rows)
+    assert line == [
+        {"metric": "profit", "exact": -4.0},
+        {"metric": "profit", "exact": 16.0},
+        {"metric": "orders", "exact": 3.0},
+        {"metric": "orders", "exact": 3.0},
+    ]
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
+    for test in finder.find(
+        views_module.exact_line, "exact_line", globs={"exact_line": views_module.exact_line}
+    ):
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0

@@ -455,6 +455,20 @@ def results_rows(views: Iterable[SuggestionView]) -> list[dict[str, Any]]:
     return rows
 
 
+def exact_line(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per metric, the two ends of the line on which the prediction equals the real outcome, spanning
+    every prediction, interval bound and real value of that metric (what the Results page draws dashed).
+
+    >>> exact_line([{"metric": "gmv", "predicted": 5.0, "low": 3.0, "high": 8.0, "real": 9.0}])
+    [{'metric': 'gmv', 'exact': 3.0}, {'metric': 'gmv', 'exact': 9.0}]
+    """
+    spans: dict[str, list[float]] = {}
+    for row in rows:
+        values = [float(row[k]) for k in ("predicted", "low", "high", "real")]
+        spans.setdefault(str(row["metric"]), []).extend(values)
+    return [{"metric": m, "exact": end} for m, v in spans.items() for end in (min(v), max(v))]
+
+
 def results_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per metric: how many, mean absolute error and the share of real outcomes inside the interval."""
     by_metric: dict[str, list[Mapping[str, Any]]] = {}
