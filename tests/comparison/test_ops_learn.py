@@ -109,7 +109,7 @@ def test_rl_after_rft_is_compared_with_both_of_its_stages_and_its_curve_starts_a
 
 def test_a_run_that_did_not_improve_says_pipeline_ran() -> None:
     held = {"sft": [[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], "rl": [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]}
-    result = build_result(OpsLearnConfig(), hand_results(held), "x", 200, 2)
+    result = build_result(OpsLearnConfig(seeds=[0, 1, 2]), hand_results(held), "x", 200, 2)
     assert [c.name for c in result.comparisons] == ["rl - sft", "rl - sft"]  # only the arms that ran
     sentence = result.comparison("rl - sft").sentence()
     assert "pipeline ran" in sentence and "improved" not in sentence

@@ -62,10 +62,10 @@ class ComparisonConfig(BaseConfig):
     steps: int = Field(3000, ge=1, description="Gradient steps per learner.")
     simulator: bool = Field(True, description="Fit a simulator on the first shop's logs and evaluate in it.")
     seeds: list[int] = Field(
-        default_factory=lambda: [0, 1, 2],
+        default_factory=lambda: [0, 1, 2, 3, 4],
         min_length=1,
-        description="Training seeds of the main comparison (every learner trained once per seed and "
-        "judged on the same world futures); the sweep uses the first.",
+        description="Training seeds of the main comparison, five fixed before the run (every learner "
+        "trained once per seed and judged on that seed's own world futures); the sweep uses the first.",
     )
     evaluation: OfflineEvalConfig = Field(
         default_factory=OfflineEvalConfig, description="Evaluation settings."
