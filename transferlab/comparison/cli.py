@@ -240,7 +240,8 @@ def transfer(
         TransferPreset | None,
         typer.Option(
             "--preset",
-            help="cpu (the default): the committed settings; smoke: a quick check.",
+            help="cpu: the committed settings (hours); smoke: a quick check. One of --preset, --config or "
+            "--resume is required.",
             show_default=False,
         ),
     ] = None,

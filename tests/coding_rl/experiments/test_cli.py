@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from transferlab.cli import app
-from transferlab.coding_rl.experiments.cli import config_differences
+from transferlab.coding_rl.experiments.cli import Preset, config_differences
 from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
 from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_learn import OPS_LEARN_PRESETS
@@ -75,4 +75,15 @@ def test_resume_without_settings_gives_the_saved_config(tmp_path: Path) -> None:
     run = RunStore(tmp_path).create_run("ops-learn", saved)
     run.release()
     assert _config(OpsLearnConfig, OPS_LEARN_PRESETS, None, None, run.dir) == saved  # not the cpu preset
-    assert _config(OpsLearnConfig, OPS_LEARN_PRESETS, None, None, None) == OPS_LEARN_PRESETS["cpu"]
+    assert _config(OpsLearnConfig, OPS_LEARN_PRESETS, Preset.cpu, None, None) == OPS_LEARN_PRESETS["cpu"]
+
+
+@pytest.mark.parametrize("group", [["coding", "experiment", "agent-learn"], ["ops", "experiment", "learn"],
+                                   ["ops", "experiment", "transfer"]])  # fmt: skip
+def test_an_experiment_without_preset_config_or_resume_starts_nothing(
+    tmp_path: Path, group: list[str]
+) -> None:
+    out = CliRunner().invoke(app, [*group, "--runs-root", str(tmp_path)])
+    assert out.exit_code == 2 and out.output.count("error:") == 1
+    assert "--preset smoke" in out.output and "hours" in out.output
+    assert not any(tmp_path.iterdir())  # no run directory was made

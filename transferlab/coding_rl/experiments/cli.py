@@ -55,7 +55,8 @@ PresetOption = Annotated[
     Preset | None,
     typer.Option(
         "--preset",
-        help="cpu (the default): the settings behind docs/results; smoke: a minutes-long check.",
+        help="smoke: a minutes-long pipeline check; cpu: the settings behind docs/results (hours). One of "
+        "--preset, --config or --resume is required.",
         show_default=False,
     ),
 ]
@@ -123,7 +124,8 @@ def _config(
     resume: Path | None = None,
     **overrides: Any,
 ) -> Any:
-    """The preset (cpu when none is named), or the file, with command-line overrides applied.
+    """The preset or the file, with command-line overrides applied; naming neither (nor ``--resume``) is
+    one error line, so no experiment starts hours of work by default.
 
     With ``resume`` the run's saved config wins and is returned; settings named on the command line that
     differ from it are an error rather than silently ignored (naming none, or the same ones, resumes as
@@ -131,6 +133,11 @@ def _config(
     """
     from transferlab.platform.config import ConfigError
 
+    if preset is None and path is None and resume is None:
+        fail(
+            "name the work to run: --preset smoke (a pipeline check, minutes), --preset cpu (the committed "
+            "settings: hours on a 2-core machine), --config FILE, or --resume RUN_DIR"
+        )
     try:
         config = cls.from_file(path) if path is not None else presets[(preset or Preset.cpu).value]
         updates = {k: v for k, v in overrides.items() if v is not None}
