@@ -78,13 +78,13 @@ from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_training import (
     OPS_ENV_FACTORY,
     SUCCESS_SCORE,
-    EvalSplit,
     OpsEval,
     evaluate_ops,
     make_ops_sft_data,
     ops_tasks,
     shared_tokenizer,
 )
+from transferlab.platform.config import EvalSplit, eval_split_field
 from transferlab.platform.harness import Experiment
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
@@ -156,11 +156,7 @@ class OpsLearnConfig(ModelChoice):
         "rule nothing out (about 200 characters instead of 400; the same rubric score).",
     )
     held_out_tasks: int = Field(default=60, ge=1, description="Scenarios scored, from eval_split.")
-    eval_split: EvalSplit = Field(
-        default="validation",
-        description="The split scored: 'validation' for pilots and tuning, 'test' only for a committed "
-        "result (the result records both).",
-    )
+    eval_split: EvalSplit = eval_split_field()
     vocab_size: int = Field(default=768, ge=300, description="Tiny policy: the shared coding + ops BPE size.")
     policy: TinyPolicyConfig = Field(
         default_factory=lambda: TinyPolicyConfig(n_layer=2, d_model=128, n_head=4, max_positions=1536),

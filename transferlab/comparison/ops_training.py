@@ -47,7 +47,7 @@ from pydantic import Field, model_validator
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
-from transferlab.platform.config import BaseConfig
+from transferlab.platform.config import BaseConfig, EvalSplit, eval_split_field
 from transferlab.platform.metrics import MetricsLogger, ParquetLogger
 from transferlab.platform.trajectory import Trajectory
 from transferlab.simulator.ops.data_platform import EVIDENCE_SOURCE
@@ -91,21 +91,13 @@ def _ops_rl() -> RLConfig:
     )
 
 
-EvalSplit = Literal["validation", "test"]
-"""The split an experiment scores: validation for pilots and tuning, test for a committed result."""
-
-
 class OpsTrainingConfig(BaseConfig):
     """SFT + multi-turn GRPO on OpsAnalysis-v0 with the coding trainer (the CPU preset is the default)."""
 
     seed: int = Field(default=0, ge=0, description="Seeds the policy's init, SFT batches and RL samples.")
     train_tasks: int = Field(default=40, ge=1, description="Training scenarios (train split).")
     held_out_tasks: int = Field(default=9, ge=1, description="Scenarios scored, from eval_split.")
-    eval_split: EvalSplit = Field(
-        default="validation",
-        description="The split scored: 'validation' for pilots and tuning, 'test' only for a committed "
-        "result.",
-    )
+    eval_split: EvalSplit = eval_split_field()
     sft_tasks: int = Field(
         default=40, ge=1, description="Training scenarios with an expert demonstration (SFT examples)."
     )

@@ -76,7 +76,6 @@ from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_learn import OpsLearnConfig, per_task
 from transferlab.comparison.ops_training import (
-    EvalSplit,
     OpsTrainingConfig,
     PrefixLogger,
     fresh_policy,
@@ -85,7 +84,7 @@ from transferlab.comparison.ops_training import (
     shared_tokenizer,
     train_ops,
 )
-from transferlab.platform.config import BaseConfig
+from transferlab.platform.config import BaseConfig, EvalSplit, eval_split_field
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Comparison, Result
@@ -129,11 +128,7 @@ class CodingPretrainConfig(BaseConfig):
         lt=1,
         description="Share of coding tasks outside training: half validation, half test.",
     )
-    eval_split: EvalSplit = Field(
-        default="validation",
-        description="The toy repositories the source policy is scored on: 'validation' for pilots, 'test' "
-        "only for a committed result (split by the expert's edit: no scored edit occurs in training).",
-    )
+    eval_split: EvalSplit = eval_split_field("the source policy is")
     demo_tasks: int = Field(
         default=38,
         ge=1,

@@ -26,17 +26,39 @@ import os
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 import annotated_types as at
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticUndefined
 
 from transferlab.platform.io import atomic_write_json
 
-__all__ = ["CONFIG_CLASS_KEY", "BaseConfig", "ConfigError", "config_class_path", "load_config"]
+__all__ = [
+    "CONFIG_CLASS_KEY",
+    "BaseConfig",
+    "ConfigError",
+    "EvalSplit",
+    "config_class_path",
+    "eval_split_field",
+    "load_config",
+]
+
+EvalSplit = Literal["validation", "test"]
+"""The split an experiment scores: validation for pilots and tuning, test only for a committed result."""
+
+
+def eval_split_field(scored: str = "the arms are") -> Any:
+    """The ``eval_split`` field of every experiment config (default ``validation``); ``scored`` names
+    what is scored, e.g. ``"the source policy is"``."""
+    return Field(
+        default="validation",
+        description=f"The split {scored} scored on: 'validation' for pilots and tuning, 'test' only for a "
+        "committed result (result.json records it and the split the settings were tuned on).",
+    )
+
 
 CONFIG_CLASS_KEY = "_config_class"
 """Key written by :meth:`BaseConfig.save` holding ``"module:QualName"`` of the config class."""

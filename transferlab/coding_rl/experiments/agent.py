@@ -60,10 +60,11 @@ from transferlab.coding_rl.experiments.common import (
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
-from transferlab.coding_rl.tasks.repo_task import EvalSplit, RepoTask
+from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_plan, toy_repo_splits, toy_tasks
 from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
 from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
+from transferlab.platform.config import EvalSplit, eval_split_field
 from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Comparison, Result
@@ -79,11 +80,7 @@ class AgentExperimentConfig(ModelChoice):
     held_out_fraction: float = Field(
         default=0.25, gt=0, lt=1, description="Share of tasks outside training: half validation, half test."
     )
-    eval_split: EvalSplit = Field(
-        default="validation",
-        description="The split scored: 'validation' for pilots and tuning, 'test' only for a committed "
-        "result (toy repositories split by the expert's edit: no scored edit occurs in training).",
-    )
+    eval_split: EvalSplit = eval_split_field()
     demo_tasks: int = Field(
         default=20, ge=1, description="Training tasks with an expert demonstration (the rest have none)."
     )

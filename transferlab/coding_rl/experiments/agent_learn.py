@@ -72,10 +72,10 @@ from transferlab.coding_rl.experiments.common import (
 )
 from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
-from transferlab.coding_rl.tasks.repo_task import EvalSplit, RepoTask, TaskSplits
+from transferlab.coding_rl.tasks.repo_task import RepoTask, TaskSplits
 from transferlab.coding_rl.trainers.demos import SFTConfig
 from transferlab.coding_rl.trainers.rl import RLConfig
-from transferlab.platform.config import BaseConfig
+from transferlab.platform.config import BaseConfig, EvalSplit, eval_split_field
 from transferlab.platform.harness import Experiment, sigterm_as_exit
 from transferlab.platform.reports import Report, plot_bars
 from transferlab.platform.results import Arm, Cluster, Comparison, Result
@@ -145,11 +145,7 @@ class AgentLearnConfig(ModelChoice):
         lt=1,
         description="Share of the grammar's functions (whole templates) in the test split.",
     )
-    eval_split: EvalSplit = Field(
-        default="validation",
-        description="The split the arms are scored on: 'validation' for pilots and tuning, 'test' only for "
-        "a committed result (settings are tuned on validation; result.json records both).",
-    )
+    eval_split: EvalSplit = eval_split_field()
     workflow: Literal["full", "direct", "short", "lines"] = Field(
         default="full",
         description="The expert's demonstrations: 'full' (read the tests, search, read the source, edit, "

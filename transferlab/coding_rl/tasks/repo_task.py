@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from transferlab.coding_rl.tasks.code_task import CodeTask, TaskError, TestCase, task_from_dict
+from transferlab.platform.config import EvalSplit
 from transferlab.platform.io import temp_directory
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ Split = Literal["train", "validation", "test", "held-out"]
 ``test``: settings are tuned on validation and only a committed result scores test. ``held-out`` is the
 two-way split of the HumanEval corpus (``transferlab coding tasks build``) and of task directories
 written before the three-way splits; they load unchanged."""
-EvalSplit = Literal["validation", "test"]
 """The splits an experiment may score: pilots score ``validation``, a committed result ``test``."""
 SplitName = Literal["train", "validation", "test"]
 """The three splits of a generated family."""
