@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import json
 import os
 import platform
@@ -37,7 +36,6 @@ import re
 import secrets
 import shutil
 import socket
-import subprocess
 import threading
 import time
 import warnings
@@ -55,6 +53,7 @@ from transferlab.platform.config import BaseConfig, config_class_path
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.metric_sinks import chosen_sinks, sinks_for_run
 from transferlab.platform.metrics import MultiLogger, ParquetLogger, read_metrics, validate_key
+from transferlab.platform.provenance import git_state
 
 __all__ = [
     "Run",
@@ -105,24 +104,6 @@ def new_run_id(now: datetime | None = None) -> str:
     """A fresh run id ``YYYYmmdd-HHMMSS-<6 hex>`` (UTC time plus random suffix)."""
     now = now or _utc_now()
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
-@functools.lru_cache(maxsize=1)
-def _git_commit() -> str | None:
-    """The git commit of the transferlab source tree, or None when not in a git checkout."""
-    try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(transferlab.__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = proc.stdout.strip()
-    return commit if proc.returncode == 0 and commit else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -516,7 +497,7 @@ def _new_meta(
         "config_class": config_class_path(type(config)),
         "transferlab_version": transferlab.__version__,
         "python_version": platform.python_version(),
-        "git_commit": _git_commit(),
+        "git_commit": git_state()[0],
         "hostname": socket.gethostname(),
     }
 
