@@ -45,15 +45,13 @@ from typing import Any, Literal, Self
 import torch
 from pydantic import Field, model_validator
 
-from transferlab.coding_rl.policies.generation import Sample, SamplingConfig, stop_token_ids
-from transferlab.coding_rl.policies.model import TinyPolicyConfig, count_parameters
-from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+from transferlab.agent_rl.policies.generation import Sample, SamplingConfig, stop_token_ids
+from transferlab.agent_rl.policies.model import TinyPolicyConfig, count_parameters
+from transferlab.agent_rl.policies.tokenizer import train_tokenizer
 from transferlab.coding_rl.sandbox.backends import open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
-from transferlab.coding_rl.tasks.code_task import CodeTask
-from transferlab.coding_rl.tasks.toy import toy_solution, toy_tasks
-from transferlab.coding_rl.trainers.code_rl import (
+from transferlab.coding_rl.single_step import (
     GRPOConfig,
     RewardFn,
     SFTConfig,
@@ -62,6 +60,8 @@ from transferlab.coding_rl.trainers.code_rl import (
     train_grpo,
     train_sft,
 )
+from transferlab.coding_rl.tasks.code_task import CodeTask
+from transferlab.coding_rl.tasks.toy import toy_solution, toy_tasks
 from transferlab.platform.config import BaseConfig
 
 TrainerName = Literal["ours", "trl"]

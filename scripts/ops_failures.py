@@ -51,8 +51,8 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=3)
     ap.add_argument("--preset", choices=["cpu", "smoke"], default="cpu", help="the run's preset")
     args = ap.parse_args()
+    from transferlab.agent_rl.policies.model import load_policy
     from transferlab.coding_rl.experiments.common import open_experiment
-    from transferlab.coding_rl.policies.model import load_policy
     from transferlab.comparison import ops_learn
 
     torch.set_num_threads(1)

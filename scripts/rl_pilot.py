@@ -131,7 +131,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     from transferlab.coding_rl.experiments.common import open_experiment, opened_sandbox
-    from transferlab.coding_rl.trainers.rl import train_rl
+    from transferlab.coding_rl.training import train_rl
     from transferlab.platform.io import atomic_write_json
 
     name, preset, setup_cls = domain_parts(args.domain, args.preset)

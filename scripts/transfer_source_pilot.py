@@ -66,9 +66,9 @@ def scores(model: Any, tokenizer: Any, held: list[Any], stage: Any, sandbox: Any
 
 def run(out: Path, changes: dict[str, Any], seed: int) -> dict[str, Any]:
     """SFT then (unless ``rl.steps=0``) GRPO on the coding stage; scores after each."""
+    from transferlab.agent_rl.sft import train_sft
     from transferlab.coding_rl.experiments.common import opened_sandbox
-    from transferlab.coding_rl.trainers.demos import train_sft
-    from transferlab.coding_rl.trainers.rl import train_rl
+    from transferlab.coding_rl.training import train_rl
     from transferlab.comparison.transfer import _tokenizer, coding_demos, coding_tasks
     from transferlab.platform.metrics import MemoryLogger
 

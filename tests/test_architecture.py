@@ -1,8 +1,9 @@
 """The import contract (docs/design/architecture.md), checked over the AST of every module.
 
-Floors, bottom up: ``platform`` (what both domains share); the domains ``coding_rl`` and
-``simulator`` (never each other); ``offline`` over the simulator; ``human_review`` over both of
-those; ``apps`` over human_review. On top, ``comparison``, ``cli.py`` and ``demo.py`` may import
+Floors, bottom up: ``platform`` (what both domains share); ``agent_rl``, the agent-RL stack
+(policies, rollouts, SFT / GRPO / PPO / RFT / GiGPO) over the platform only; the domains ``coding_rl``
+and ``simulator`` over it (never each other); ``offline`` over the simulator; ``human_review`` over
+both of those; ``apps`` over human_review. On top, ``comparison``, ``cli.py`` and ``demo.py`` may import
 every room. Every import counts, also the ones inside functions and ``TYPE_CHECKING`` blocks.
 Run by ``make lint`` and CI.
 """
@@ -21,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 TOP = {"comparison", "cli", "demo"}
 ALLOWED: dict[str, set[str]] = {
     "platform": set(),
-    "coding_rl": {"platform"},
-    "simulator": {"platform"},
-    "offline": {"simulator", "platform"},
-    "human_review": {"offline", "simulator", "platform"},
-    "apps": {"human_review", "offline", "simulator", "platform"},
+    "agent_rl": {"platform"},
+    "coding_rl": {"agent_rl", "platform"},
+    "simulator": {"agent_rl", "platform"},
+    "offline": {"simulator", "agent_rl", "platform"},
+    "human_review": {"offline", "simulator", "agent_rl", "platform"},
+    "apps": {"human_review", "offline", "simulator", "agent_rl", "platform"},
     "__init__": {"platform"},
 }
 """Room -> the rooms it may import (besides itself and the bare package). The top floor may import all."""

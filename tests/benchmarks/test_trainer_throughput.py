@@ -98,7 +98,7 @@ def test_results_are_written_as_markdown_and_json(result: dict[str, Any], tmp_pa
 
 
 def test_trl_completions_are_decoded_like_generate() -> None:
-    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+    from transferlab.agent_rl.policies.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(["return x + 1\n"] * 5, vocab_size=300)
     body = tokenizer.encode("    return x + 1", add_special_tokens=False)

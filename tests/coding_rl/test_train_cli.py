@@ -159,7 +159,7 @@ def test_a_path_that_is_not_a_model(tmp_path: Path) -> None:
 
 
 def test_a_model_without_a_chat_template(tiny: Path, tmp_path: Path) -> None:
-    from transferlab.coding_rl.policies.model import load_policy, save_policy
+    from transferlab.agent_rl.policies.model import load_policy, save_policy
 
     model, tok = load_policy(tiny)
     tok.chat_template = None
@@ -201,7 +201,7 @@ def test_merge_needs_lora(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_prompts_longer_than_the_context_are_reported_not_cut(tiny: Path, tmp_path: Path) -> None:
-    from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
+    from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 
     _, tok = load_policy(tiny)
     short = TinyPolicyConfig(n_layer=1, d_model=32, n_head=2, max_positions=24).create(tok)
@@ -273,8 +273,8 @@ def test_lora_adapters_and_merged(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_resume_refuses_settings_it_would_ignore(tmp_path: Path) -> None:
+    from transferlab.agent_rl.sft import SFTConfig
     from transferlab.coding_rl.train_run import TrainRunConfig
-    from transferlab.coding_rl.trainers.demos import SFTConfig
     from transferlab.platform.runstore import RunStore
 
     saved = TrainRunConfig(
@@ -295,8 +295,8 @@ def test_resume_refuses_settings_it_would_ignore(tmp_path: Path) -> None:
 
 
 def test_resume_goes_on_with_the_device_and_dtype_given(tmp_path: Path) -> None:
+    from transferlab.agent_rl.rl import RLConfig
     from transferlab.coding_rl.train_run import TrainOptions, TrainRunConfig, _moved
-    from transferlab.coding_rl.trainers.rl import RLConfig
 
     saved = TrainRunConfig(
         algo="grpo", model="m", tasks="toy", out="o", device="cuda", dtype="bfloat16", rl=RLConfig()

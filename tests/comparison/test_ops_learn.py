@@ -231,9 +231,9 @@ def test_rft_policy_fine_tunes_a_copy_on_rl_episodes_and_names_a_budget_that_doe
 ) -> None:
     import torch
 
+    from transferlab.agent_rl.sft import SFTConfig
     from transferlab.coding_rl.experiments.agent_learn import RFTSettings
     from transferlab.coding_rl.experiments.common import open_experiment
-    from transferlab.coding_rl.trainers.demos import SFTConfig
     from transferlab.comparison.ops_learn import EXPERIMENT, Setup
 
     smoke = OPS_LEARN_PRESETS["smoke"]  # 2 steps x 2 tasks x G=2 = 8 RL episodes
@@ -282,7 +282,7 @@ def test_rl_after_rft_remakes_an_unsaved_rft_policy_bit_for_bit(tmp_path: Path) 
     policy the rft arm scored: expert iteration re-made from the saved SFT policy is the same."""
     import torch
 
-    from transferlab.coding_rl.policies.model import load_policy
+    from transferlab.agent_rl.policies.model import load_policy
 
     runs = tmp_path / "runs"
     out = _invoke("learn", "--preset", "smoke", "--runs-root", str(runs))

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from transferlab.coding_rl.policies.model import load_policy
-from transferlab.coding_rl.policies.tokenizer import IM_END
-from transferlab.coding_rl.trainers.demos import scripted_demonstration
+from transferlab.agent_rl.policies.model import load_policy
+from transferlab.agent_rl.policies.tokenizer import IM_END
+from transferlab.agent_rl.sft import scripted_demonstration
 from transferlab.comparison import ops_training as ot
 from transferlab.platform.agent_env import ToolEnv
 from transferlab.platform.metrics import read_metrics
@@ -168,7 +168,7 @@ def test_undemonstrated_practice_needs_a_scenario_sft_did_not_show() -> None:
 
 
 def test_the_shared_tokenizer_sees_training_text_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from transferlab.coding_rl.policies import tokenizer as tok
+    from transferlab.agent_rl.policies import tokenizer as tok
     from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_solution, toy_tasks
 
     seen: list[str] = []

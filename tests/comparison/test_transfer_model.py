@@ -12,9 +12,10 @@ from transferlab.comparison import transfer as tr
 
 @pytest.mark.slow
 def test_transfer_test_preset_from_a_random_qwen2_checkpoint(tmp_path: Path) -> None:
-    from transferlab.coding_rl.policies.families import init_checkpoint
+    from transferlab.agent_rl.policies.families import init_checkpoint
+    from transferlab.coding_rl.tokenizer_corpus import default_texts
 
-    model = init_checkpoint("qwen2", tmp_path / "qwen2", size="tiny")
+    model = init_checkpoint("qwen2", tmp_path / "qwen2", size="tiny", texts=default_texts())
     runs, report = tmp_path / "runs", tmp_path / "report"
     args = ["--preset", "smoke", "--model", str(model)]
     tr.main([*args, "--runs-root", str(runs), "--report-dir", str(report)])

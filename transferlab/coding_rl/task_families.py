@@ -85,14 +85,14 @@ class TaskSet:
         Agent demonstrations step the real environment, so they need ``sandbox``.
         """
         if self.mode == "code":
+            from transferlab.coding_rl.single_step import code_demonstration
             from transferlab.coding_rl.tasks.toy import toy_solution
-            from transferlab.coding_rl.trainers.demos import code_demonstration
 
             return [code_demonstration(tokenizer, t, toy_solution(t), i) for i, t in enumerate(self.tasks)]
         if sandbox is None:
             raise ValueError("agent demonstrations play the tasks in CodeRepair-v0: pass a sandbox")
+        from transferlab.agent_rl.sft import scripted_demonstration
         from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-        from transferlab.coding_rl.trainers.demos import scripted_demonstration
 
         plans = [self.plan(t) for t in self.tasks]
         env = CodeRepairEnv(self.tasks, sandbox=sandbox, max_steps=max(len(p) for p in plans))

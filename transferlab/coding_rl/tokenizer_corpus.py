@@ -1,6 +1,6 @@
 """The coding agent's tokenizer corpus: repository tasks as texts, and the tool-call language.
 
-:func:`corpus_texts` is what :func:`~transferlab.coding_rl.policies.tokenizer.train_tokenizer` is
+:func:`corpus_texts` is what :func:`~transferlab.agent_rl.policies.tokenizer.train_tokenizer` is
 trained on for ``CodeRepair-v0``: per task an environment-style intro, the repository's files, the
 scripted expert's tool calls and synthetic calls of all six tools (:func:`synthetic_tool_calls`). It
 reads repository tasks, so it lives with the coding domain, not with the policies.
@@ -8,6 +8,7 @@ reads repository tasks, so it lives with the coding domain, not with the policie
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -16,7 +17,7 @@ from typing import Final
 
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 
-__all__ = ["corpus_texts", "synthetic_tool_calls"]
+__all__ = ["corpus_texts", "default_texts", "synthetic_tool_calls"]
 
 _IDENT: Final = re.compile(r"\b(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -93,3 +94,16 @@ def corpus_texts(tasks: Iterable[RepoTask], seed: int = 0) -> Iterator[str]:
         yield from synthetic_tool_calls(task, rng)
         yield f"wrote {task.meta.source_path}"
         yield f"=== {task.meta.source_path} ===\n{task.buggy_source}"
+
+
+@functools.cache
+def default_texts() -> tuple[str, ...]:
+    """The coding agent's tokenizer corpus on the toy tasks (what the experiments' tokenizer reads).
+
+    Built once per process (it renders every toy repository)."""
+    from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_solution, toy_tasks
+
+    code_train, _ = toy_tasks(0.25, 0)  # training text only: no held-out task shapes the vocabulary
+    repo_train, _ = toy_repo_tasks(0.25, 0)
+    texts = [f"{t.task_description}\n{t.function_signature}\n{toy_solution(t)}" for t in code_train]
+    return tuple(texts * 10 + list(corpus_texts(repo_train)) * 3)

@@ -25,8 +25,8 @@ import torch
 import typer
 from pydantic import Field
 
-from transferlab.coding_rl.trainers.demos import SFTConfig
-from transferlab.coding_rl.trainers.rl import RLConfig
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig
 from transferlab.platform.cli_kit import EXIT_UNAVAILABLE, echo_progress, fail
 from transferlab.platform.config import BaseConfig
 
@@ -88,7 +88,7 @@ def _quiet() -> None:
 
 
 def _device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
-    from transferlab.coding_rl.policies.devices import DeviceError, resolve_device, resolve_dtype
+    from transferlab.agent_rl.policies.devices import DeviceError, resolve_device, resolve_dtype
 
     try:
         where = resolve_device(device)
@@ -115,8 +115,8 @@ def _adapter_base(path: Path) -> Path:
 
 def load_model(path: Path, device: str, dtype: str) -> Loaded:
     """``--model``: a full model directory or a LoRA adapter directory (merged into its base)."""
-    from transferlab.coding_rl.policies.chat import ChatFormat, ChatTemplateError
-    from transferlab.coding_rl.policies.model import PolicyNotFoundError, load_policy
+    from transferlab.agent_rl.policies.chat import ChatFormat, ChatTemplateError
+    from transferlab.agent_rl.policies.model import PolicyNotFoundError, load_policy
 
     where, precision = _device(device, dtype)
     path = path.expanduser()
@@ -176,8 +176,8 @@ def _too_long(lengths: Mapping[str, int], limit: int | None, room: int, what: st
 
 def _prompt_lengths(tokenizer: Any, taskset: TaskSet, max_steps: int) -> dict[str, int]:
     """Each task's first prompt in tokens (for agent tasks, the environment's intro as a user turn)."""
-    from transferlab.coding_rl.policies.tokenizer import encode_chat
-    from transferlab.coding_rl.trainers.rollout_worker import code_prompt_ids
+    from transferlab.agent_rl.policies.tokenizer import encode_chat
+    from transferlab.coding_rl.single_step import code_prompt_ids
 
     if taskset.mode == "code":
         return {t.task_id: len(code_prompt_ids(tokenizer, t)) for t in taskset.tasks}
@@ -262,8 +262,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _read_trainer_config(algo: Algo, path: Path | None) -> Any:
-    from transferlab.coding_rl.trainers.demos import SFTConfig
-    from transferlab.coding_rl.trainers.rl import RLConfig
+    from transferlab.agent_rl.rl import RLConfig
+    from transferlab.agent_rl.sft import SFTConfig
     from transferlab.platform.config import ConfigError
 
     cls: type[BaseConfig] = SFTConfig if algo == "sft" else RLConfig
@@ -304,7 +304,7 @@ class TrainOptions:
 
 def build_run_config(opts: TrainOptions, mode: str) -> TrainRunConfig:
     """The run's config: the --config file (or the trainer's defaults) with the flags applied."""
-    from transferlab.coding_rl.policies.adapters import LoraOptions
+    from transferlab.agent_rl.policies.adapters import LoraOptions
     from transferlab.platform.config import ConfigError
 
     assert opts.model is not None and opts.tasks is not None and opts.out is not None
@@ -453,8 +453,8 @@ class Trained:
 def _train_sft(
     cfg: TrainRunConfig, loaded: Loaded, demos: list[Trajectory], run: Run, resumed: bool
 ) -> Trained:
-    from transferlab.coding_rl.policies.adapters import LoraOptions
-    from transferlab.coding_rl.trainers.demos import train_sft
+    from transferlab.agent_rl.policies.adapters import LoraOptions
+    from transferlab.agent_rl.sft import train_sft
     from transferlab.platform.metrics import MultiLogger, drop_logged_after
 
     sft: SFTConfig = cfg.trainer_config()
@@ -478,7 +478,7 @@ def _train_sft(
 
 
 def _train_rl(cfg: TrainRunConfig, loaded: Loaded, taskset: TaskSet, run: Run, resumed: bool) -> Trained:
-    from transferlab.coding_rl.trainers.rl import train_rl
+    from transferlab.coding_rl.training import train_rl
     from transferlab.platform.metrics import MultiLogger
 
     rl: RLConfig = cfg.trainer_config()
@@ -523,7 +523,7 @@ def _replace_dir(write: Any, out: Path) -> None:
 
 def save_output(trained_model: Any, tokenizer: Any, cfg: TrainRunConfig, base_dir: Path) -> str:
     """Write ``cfg.out``: the full model, the LoRA adapters (naming ``base_dir``), or the merged model."""
-    from transferlab.coding_rl.policies.model import save_policy
+    from transferlab.agent_rl.policies.model import save_policy
 
     out = Path(cfg.out)
     if cfg.lora_r is None:
@@ -546,8 +546,8 @@ def save_output(trained_model: Any, tokenizer: Any, cfg: TrainRunConfig, base_di
 
 def run_train(opts: TrainOptions) -> None:
     """The ``train`` commands: resolve everything, check it, train, save, summarise."""
-    from transferlab.coding_rl.policies.devices import context_limit
-    from transferlab.coding_rl.policies.model import save_policy
+    from transferlab.agent_rl.policies.devices import context_limit
+    from transferlab.agent_rl.policies.model import save_policy
     from transferlab.platform.runstore import RunInUseError, RunStore
 
     _quiet()
@@ -657,8 +657,8 @@ def run_eval(
     max_steps: int,
 ) -> dict[str, Any]:
     """Evaluate ``--model`` on the tasks: the verifier's verdict per episode, clustered 95% interval."""
+    from transferlab.agent_rl.policies.devices import context_limit
     from transferlab.coding_rl.experiments.common import evaluate_agent, evaluate_code, mean
-    from transferlab.coding_rl.policies.devices import context_limit
     from transferlab.coding_rl.sandbox.verifier import Verifier
 
     _quiet()
@@ -732,8 +732,8 @@ TINY_SIZES: dict[str, dict[str, int]] = {
 
 def tiny_checkpoint(out: Path, size: str, seed: int) -> Path:
     """Our tiny policy with the toy tokenizer (trained here on every built-in task family's text)."""
+    from transferlab.agent_rl.policies.model import TinyPolicyConfig, save_policy
     from transferlab.coding_rl.experiments.common import toy_tokenizer
-    from transferlab.coding_rl.policies.model import TinyPolicyConfig, save_policy
     from transferlab.coding_rl.tasks.seed_repos import seed_repo_tasks
     from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_tasks, toy_tasks
 
@@ -748,15 +748,16 @@ def tiny_checkpoint(out: Path, size: str, seed: int) -> Path:
 
 def init_model(family: str, size: str, out: Path, seed: int) -> tuple[int, Any, int | None]:
     """Write a random checkpoint of ``family`` / ``size`` to ``out``; its parameters, tokenizer, context."""
-    from transferlab.coding_rl.policies.devices import context_limit
-    from transferlab.coding_rl.policies.model import count_parameters, load_policy
+    from transferlab.agent_rl.policies.devices import context_limit
+    from transferlab.agent_rl.policies.model import count_parameters, load_policy
 
     _quiet()
     if family == "tiny":
         _replace_dir(lambda d: tiny_checkpoint(d, size, seed), out)
     else:
-        from transferlab.coding_rl.policies.families import init_checkpoint
+        from transferlab.agent_rl.policies.families import init_checkpoint
+        from transferlab.coding_rl.tokenizer_corpus import default_texts
 
-        _replace_dir(lambda d: init_checkpoint(family, d, size=size, seed=seed), out)
+        _replace_dir(lambda d: init_checkpoint(family, d, size=size, seed=seed, texts=default_texts()), out)
     model, tokenizer = load_policy(out)
     return count_parameters(model), tokenizer, context_limit(model)

@@ -8,11 +8,11 @@ The ops half of the project's question (issue 18), built like the coding half
    (:func:`~transferlab.comparison.ops_training.make_ops_sft_data`: query the sources, check each
    cause, report).
 2. **RL** (arm ``rl``): a copy of the SFT policy trained with
-   :func:`~transferlab.coding_rl.trainers.rl.train_rl` in agent mode on the *other* training
+   :func:`~transferlab.agent_rl.rl.train_rl` in agent mode on the *other* training
    scenarios (none of them demonstrated), the env factory pointing the rollout workers at
    OpsAnalysis-v0; held-out success and rubric every ``curve_every`` steps (the learning curve).
 3. **RFT** (arm ``rft``): another copy trained by rejection-sampling fine-tuning (expert iteration,
-   :func:`~transferlab.coding_rl.trainers.expert_iteration.expert_iteration`) on the same practice
+   :func:`~transferlab.agent_rl.rft.expert_iteration`) on the same practice
    scenarios and RL's number of episodes: each round samples at RL's temperature, keeps the episodes
    whose report passes the rubric, and fine-tunes on every distinct one kept so far (the policy's own
    successes; ``rft.demo_anchor`` demonstrations beside them, 0 by default).
@@ -48,6 +48,9 @@ import torch
 from pydantic import Field, model_validator
 from rich.console import Console
 
+from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig
 from transferlab.coding_rl.experiments.agent_learn import (
     RFTSettings,
     demo_anchor,
@@ -72,9 +75,6 @@ from transferlab.coding_rl.experiments.common import (
     seed_estimate,
     write_results,
 )
-from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
-from transferlab.coding_rl.trainers.demos import SFTConfig
-from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_training import (
     OPS_ENV_FACTORY,
     SUCCESS_SCORE,
@@ -373,7 +373,7 @@ class Setup:
         return self.saved_policy(f"sft-seed{seed}", functools.partial(self._train_sft, seed))
 
     def _train_sft(self, seed: int) -> Any:
-        from transferlab.coding_rl.trainers.demos import train_sft
+        from transferlab.agent_rl.sft import train_sft
 
         cfg = self.config
         if self.start is not None:
@@ -412,7 +412,7 @@ class Setup:
     def grpo_arm(self, arm: str, seed: int, start: Any) -> dict[str, Any]:
         """A copy of ``start`` trained with ``train_rl`` on the practice scenarios, scored on held-out;
         resumes from its checkpoint, keeping the curve points already measured (``curve.json``)."""
-        from transferlab.coding_rl.trainers.rl import train_rl
+        from transferlab.agent_rl.rl import train_rl
 
         cfg = self.config
         rl = cfg.rl.model_copy(update={"seed": seed})
@@ -463,8 +463,8 @@ class Setup:
         on RL's number of episodes over the practice scenarios: each round samples at RL's temperature,
         keeps the episodes whose report the rubric passed, fine-tunes on those (and the anchor).
         ``rounds``: the directory that saves each finished round (a resumed arm continues from it)."""
-        from transferlab.coding_rl.trainers.expert_iteration import expert_iteration
-        from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
+        from transferlab.agent_rl.rft import expert_iteration
+        from transferlab.agent_rl.rollout_worker import RolloutWorker, WorkerSpec
 
         rl = self.config.rl
         tasks = rft_tasks(self.practice, rft_round_tasks(rl, rft), seed)

@@ -5,10 +5,10 @@ environment:
 
 1. **SFT** on the scripted expert's episodes of training tasks (:func:`make_ops_sft_data`): each one is
    played through the environment and recorded by
-   :func:`~transferlab.coding_rl.trainers.demos.scripted_demonstration`, so prompt, action and
+   :func:`~transferlab.agent_rl.sft.scripted_demonstration`, so prompt, action and
    observation ids are exactly what a rollout would record and the loss mask covers the policy's tool
    calls only.
-2. **GRPO, multi-turn** with :func:`~transferlab.coding_rl.trainers.rl.train_rl` in agent mode. The
+2. **GRPO, multi-turn** with :func:`~transferlab.agent_rl.rl.train_rl` in agent mode. The
    only difference from coding is ``RLConfig.env_factory`` = :data:`OPS_ENV_FACTORY`, which makes the
    rollout workers play OpsAnalysis-v0 (like CodeRepair-v0 a
    :class:`~transferlab.platform.agent_env.ToolEnv`) instead of CodeRepair-v0. Dense rewards by
@@ -44,9 +44,9 @@ from typing import Any, Literal, Self
 import torch
 from pydantic import Field, model_validator
 
-from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
-from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
-from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
+from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
+from transferlab.agent_rl.rl import RLConfig, train_rl
+from transferlab.agent_rl.sft import SFTConfig, scripted_demonstration, train_sft
 from transferlab.platform.config import BaseConfig, EvalSplit, eval_split_field
 from transferlab.platform.metrics import MetricsLogger, ParquetLogger
 from transferlab.platform.trajectory import Trajectory
@@ -232,7 +232,7 @@ def shared_tokenizer(
 ) -> Any:
     """One byte-level BPE over coding texts (toy tasks, CodeRepair-v0 corpus) and ops texts, all from
     the training splits: no held-out task's text shapes the vocabulary both transfer arms use."""
-    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+    from transferlab.agent_rl.policies.tokenizer import train_tokenizer
     from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_tasks, toy_solution, toy_tasks
     from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
@@ -326,8 +326,8 @@ def evaluate_ops(
     ``force_report``: the forced-report control; the last step an episode is allowed starts with
     :data:`REPORT_PREFIX`, so every episode that reaches the step limit ends with the policy's report.
     """
-    from transferlab.coding_rl.policies.generation import SamplingConfig
-    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
+    from transferlab.agent_rl.episodes import policy_episodes
+    from transferlab.agent_rl.policies.generation import SamplingConfig
 
     flat = [t for t in tasks for _ in range(episodes_per_task)]
     envs = [make_ops_env(flat, rewards=rl.rewards, max_steps=rl.max_steps) for _ in flat]
@@ -427,7 +427,7 @@ def train_ops(
 ) -> OpsTrainingResult:
     """SFT on expert episodes, then multi-turn GRPO on OpsAnalysis-v0; held-out curve along the way.
 
-    ``init_from`` is a policy directory (:func:`~transferlab.coding_rl.policies.model.save_policy`),
+    ``init_from`` is a policy directory (:func:`~transferlab.agent_rl.policies.model.save_policy`),
     e.g. a coding policy to fine-tune; its tokenizer is kept. Without it a fresh policy of
     ``config.policy`` is built on :func:`shared_tokenizer`. ``run_dir`` receives ``config.json``,
     ``metrics.parquet`` (unless a ``logger`` is given), ``rl/`` (the trainer's files), ``policy/``

@@ -56,6 +56,9 @@ import torch
 from pydantic import Field
 from rich.console import Console
 
+from transferlab.agent_rl.policies.model import save_policy
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig
 from transferlab.coding_rl.experiments.common import (
     HeldOut,
     ModelChoice,
@@ -70,10 +73,7 @@ from transferlab.coding_rl.experiments.common import (
     seed_estimate,
     write_results,
 )
-from transferlab.coding_rl.policies.model import save_policy
 from transferlab.coding_rl.tasks.toy import OPERATIONS
-from transferlab.coding_rl.trainers.demos import SFTConfig
-from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_learn import OpsLearnConfig, per_task
 from transferlab.comparison.ops_training import (
     OpsTrainingConfig,
@@ -294,9 +294,9 @@ def coding_tasks(cc: CodingPretrainConfig) -> tuple[list[Any], list[Any]]:
 
 def coding_demos(cc: CodingPretrainConfig, train: list[Any], tokenizer: Any, sandbox: Any) -> list[Any]:
     """The expert's repairs of the first ``cc.demo_tasks`` training repositories (SFT examples)."""
+    from transferlab.agent_rl.sft import scripted_demonstration
     from transferlab.coding_rl.env.code_repair import CodeRepairEnv
     from transferlab.coding_rl.tasks.toy import toy_repo_plan
-    from transferlab.coding_rl.trainers.demos import scripted_demonstration
 
     env = CodeRepairEnv(train, sandbox=sandbox, max_steps=cc.rl.max_steps)
     return [scripted_demonstration(env, t, toy_repo_plan(t), tokenizer) for t in train[: cc.demo_tasks]]
@@ -307,9 +307,9 @@ def coding_scores(
 ) -> dict[str, Any]:
     """Held-out coding episodes (``cc.eval_episodes`` per repository, T=1, sampling seed 12,345):
     success per episode, the habit shares and the habits among episodes that changed a file."""
+    from transferlab.agent_rl.episodes import policy_episodes
+    from transferlab.agent_rl.policies.generation import SamplingConfig
     from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-    from transferlab.coding_rl.policies.generation import SamplingConfig
-    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
 
     rl = cc.rl
     flat = [t for t in held for _ in range(cc.eval_episodes)]
@@ -335,8 +335,8 @@ def coding_arm(
 
     It trains a copy of ``start`` when given, else a fresh tiny ``config.ops.policy`` seeded by ``seed``.
     """
-    from transferlab.coding_rl.trainers.demos import train_sft
-    from transferlab.coding_rl.trainers.rl import train_rl
+    from transferlab.agent_rl.sft import train_sft
+    from transferlab.coding_rl.training import train_rl
 
     cc, arm = config.coding, f"coding-seed{seed}"
     train, held = coding_tasks(cc)
@@ -881,7 +881,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="Comma-separated seeds this process computes (run a second process with --resume).",
     )
     args = parser.parse_args(argv)
-    from transferlab.coding_rl.policies.model import PolicyNotFoundError
+    from transferlab.agent_rl.policies.model import PolicyNotFoundError
     from transferlab.platform.config import ConfigError
     from transferlab.platform.runstore import RunInUseError
 

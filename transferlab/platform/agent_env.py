@@ -13,7 +13,7 @@ rollout code see only :class:`Task` and :class:`ToolEnv`, so one trainer trains 
   ``max_steps`` is the step limit, ``rewards`` the table it pays by, ``render()`` the last observation
   (``render_mode="ansi"``), ``last_timings`` the seconds the last step spent (kept out of ``info``,
   which is deterministic).
-* :class:`ToolEnvFactory` — builds one episode's environment as ``f(tasks, rewards=, max_steps=)``.
+* :class:`ToolEnvFactory` — builds one episode's environment as ``f(tasks, rewards=, max_steps=, **options)``.
 * :class:`RewardTable` — named components and their weights; :meth:`RewardTable.weigh` pays a step.
 * :func:`finish_step` — the tail every step shares: the step limit, the weighed reward and the
   observation within the text space.
@@ -144,7 +144,7 @@ class ToolEnv(Protocol):
 class ToolEnvFactory(Protocol):
     """Builds one episode's environment (``RLConfig.env_factory`` names one as ``module:function``)."""
 
-    def __call__(self, tasks: Sequence[Any], *, rewards: str, max_steps: int) -> ToolEnv: ...
+    def __call__(self, tasks: Sequence[Any], *, rewards: str, max_steps: int, **options: Any) -> ToolEnv: ...
 
 
 class RewardTable(BaseConfig):

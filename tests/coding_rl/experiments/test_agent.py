@@ -187,9 +187,9 @@ def _check_held_out_curves(run_dir: Path, summary: dict[str, Any], markdown: str
     """Each RL arm's held-out curve: one point per RL step (curve_every 1), step 0 the SFT arm's held-out
     value, the last the arm's final one, exactly; step 0 is also the saved SFT policy's score on the
     same held-out episodes."""
+    from transferlab.agent_rl.policies.model import load_policy
     from transferlab.coding_rl.experiments.common import evaluate_agent, opened_sandbox
     from transferlab.coding_rl.experiments.presets import AGENT_PRESETS
-    from transferlab.coding_rl.policies.model import load_policy
     from transferlab.coding_rl.tasks.toy import toy_repo_tasks
 
     smoke = AGENT_PRESETS["smoke"]

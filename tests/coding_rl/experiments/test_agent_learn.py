@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.agent_rl.rl import RLConfig
 from transferlab.cli import app
 from transferlab.coding_rl.experiments.agent_learn import (
     AgentLearnConfig,
@@ -30,7 +31,6 @@ from transferlab.coding_rl.experiments.agent_learn import (
     undemonstrated,
 )
 from transferlab.coding_rl.experiments.presets import AGENT_LEARN_PRESETS
-from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.platform.config import ConfigError
 from transferlab.platform.metrics import read_metrics
 from transferlab.platform.results import read_result
@@ -247,8 +247,8 @@ def test_smoke_preset_writes_a_valid_result_and_resume_keeps_finished_arms(tmp_p
     assert resumed.arms["rft"].held_out_success == result.arms["rft"].held_out_success
 
     # the held-out values are evaluate_agent's episodes: the saved SFT policy scores the same there
+    from transferlab.agent_rl.policies.model import load_policy
     from transferlab.coding_rl.experiments.common import evaluate_agent, opened_sandbox
-    from transferlab.coding_rl.policies.model import load_policy
 
     smoke = AGENT_LEARN_PRESETS["smoke"]
     held_tasks = task_splits(smoke).of(smoke.eval_split)

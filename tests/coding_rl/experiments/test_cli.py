@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.agent_rl.rl import RLConfig
 from transferlab.cli import app
 from transferlab.coding_rl.experiments.cli import Preset, config_differences
 from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
-from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.comparison.ops_learn import OPS_LEARN_PRESETS
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.runstore import RunStore

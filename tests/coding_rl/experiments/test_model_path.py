@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.agent_rl.policies.model import TinyPolicyConfig, save_policy
+from transferlab.agent_rl.rl import RLConfig
 from transferlab.cli import app
 from transferlab.coding_rl.experiments.common import (
     fit_context,
@@ -21,9 +23,7 @@ from transferlab.coding_rl.experiments.common import (
     model_record,
     toy_tokenizer,
 )
-from transferlab.coding_rl.policies.model import TinyPolicyConfig, save_policy
 from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_tasks
-from transferlab.coding_rl.trainers.rl import RLConfig
 
 
 def saved_tiny(directory: Path, max_positions: int = 512) -> Path:
@@ -137,9 +137,12 @@ def test_learn_smoke_from_a_saved_policy_names_it_and_resumes(tmp_path: Path, ti
 
 @pytest.fixture(scope="module")
 def qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transferlab.coding_rl.policies.families import init_checkpoint
+    from transferlab.agent_rl.policies.families import init_checkpoint
+    from transferlab.coding_rl.tokenizer_corpus import default_texts
 
-    return init_checkpoint("qwen2", tmp_path_factory.mktemp("qwen2") / "ckpt", size="tiny")
+    return init_checkpoint(
+        "qwen2", tmp_path_factory.mktemp("qwen2") / "ckpt", size="tiny", texts=default_texts()
+    )
 
 
 @pytest.mark.slow

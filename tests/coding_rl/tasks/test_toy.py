@@ -12,6 +12,7 @@ import pytest
 from transferlab.coding_rl.sandbox.backends import open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
+from transferlab.coding_rl.single_step import candidate_source
 from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.tasks.novelty import task_edit
 from transferlab.coding_rl.tasks.repo_task import SPLITS
@@ -30,7 +31,6 @@ from transferlab.coding_rl.tasks.toy import (
     toy_task,
     toy_tasks,
 )
-from transferlab.coding_rl.trainers.rollout_worker import candidate_source
 
 ALL_OPS = tuple(OPERATIONS)
 

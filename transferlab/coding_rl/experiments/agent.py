@@ -38,6 +38,9 @@ import torch
 from pydantic import Field
 from rich.console import Console
 
+from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig, scripted_demonstration, train_sft
 from transferlab.coding_rl.experiments.common import (
     HeldOut,
     ModelChoice,
@@ -58,12 +61,10 @@ from transferlab.coding_rl.experiments.common import (
     toy_tokenizer,
     write_results,
 )
-from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_plan, toy_repo_splits, toy_tasks
-from transferlab.coding_rl.trainers.demos import SFTConfig, scripted_demonstration, train_sft
-from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
+from transferlab.coding_rl.training import train_rl
 from transferlab.platform.config import EvalSplit, eval_split_field
 from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
@@ -276,10 +277,10 @@ def drift(
 ) -> dict[str, float]:
     """KL(model || reference) on the model's own held-out episodes (per action token, k1), and the
     negative log-likelihood of observation tokens under both (what the masking bug trains)."""
+    from transferlab.agent_rl.episodes import policy_episodes
+    from transferlab.agent_rl.policies.adapters import forward_policy
+    from transferlab.agent_rl.policies.generation import SamplingConfig
     from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-    from transferlab.coding_rl.policies.adapters import forward_policy
-    from transferlab.coding_rl.policies.generation import SamplingConfig
-    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
 
     envs = [CodeRepairEnv(tasks, max_steps=config.rl.max_steps, sandbox=sandbox) for _ in tasks]
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=config.rl.max_new_tokens, seed=4242)

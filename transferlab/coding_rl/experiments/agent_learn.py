@@ -12,10 +12,10 @@ same number of episodes? Per seed:
    no function template and no bug edit up to constants and argument names). A tiny policy may learn
    to copy alongside
    (``sft.copy_weight``: a copy term on random sequences in every SFT step).
-2. **RL** (arm ``rl``): a copy of the SFT policy trained with :func:`~transferlab.coding_rl.trainers.rl.
+2. **RL** (arm ``rl``): a copy of the SFT policy trained with :func:`~transferlab.agent_rl.rl.
    train_rl` in agent mode (GRPO by default; the dense or sparse reward table of ``rl.rewards``).
-   **RFT** (arm ``rft``): another copy trained with :func:`~transferlab.coding_rl.trainers.
-   expert_iteration.expert_iteration` in agent mode — sample episodes, keep those whose submit the
+   **RFT** (arm ``rft``): another copy trained with :func:`~transferlab.agent_rl.rft.
+   expert_iteration` in agent mode — sample episodes, keep those whose submit the
    same sandbox verifier passed, fine-tune on them (with the demonstrations) — on exactly as many
    training episodes as RL: ``rounds x samples_per_task x tasks per round = steps x tasks_per_step x
    group_size`` (the tasks per round are a seeded draw of the training tasks; both counts are in
@@ -51,6 +51,9 @@ import torch
 from pydantic import Field, model_validator
 from rich.console import Console
 
+from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig
 from transferlab.coding_rl.experiments.common import (
     HeldOut,
     ModelChoice,
@@ -70,11 +73,8 @@ from transferlab.coding_rl.experiments.common import (
     toy_tokenizer,
     write_results,
 )
-from transferlab.coding_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask, TaskSplits
-from transferlab.coding_rl.trainers.demos import SFTConfig
-from transferlab.coding_rl.trainers.rl import RLConfig
 from transferlab.platform.config import BaseConfig, EvalSplit, eval_split_field
 from transferlab.platform.harness import Experiment, sigterm_as_exit
 from transferlab.platform.reports import Report, plot_bars
@@ -277,10 +277,10 @@ def rl_episodes(config: AgentLearnConfig) -> int:
 
 
 def expert_iteration_config(rft: RFTSettings, rl: RLConfig, seed: int) -> Any:
-    """The :class:`~transferlab.coding_rl.trainers.expert_iteration.ExpertIterationConfig` of an RFT arm:
+    """The :class:`~transferlab.agent_rl.rft.ExpertIterationConfig` of an RFT arm:
     its rounds, samples and fine-tuning, with the RL arm's episode settings (temperature, tokens per
     turn, context, tool calls) so that both arms sample the same kind of episode."""
-    from transferlab.coding_rl.trainers.expert_iteration import ExpertIterationConfig
+    from transferlab.agent_rl.rft import ExpertIterationConfig
 
     return ExpertIterationConfig(
         rounds=rft.rounds,
@@ -498,9 +498,9 @@ class Setup:
     def demos(self) -> list[Trajectory]:
         """Expert demonstrations (the ``workflow`` plan) of :meth:`demo_tasks` (made once per run)."""
         if self._demos is None:
+            from transferlab.agent_rl.sft import scripted_demonstration
             from transferlab.coding_rl.agents import PLANS
             from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-            from transferlab.coding_rl.trainers.demos import scripted_demonstration
 
             cfg = self.config
             tasks = self.demo_tasks()
@@ -523,9 +523,9 @@ class Setup:
 
     def episodes(self, model: Any) -> list[Trajectory]:
         """``eval_episodes`` held-out episodes per task, as :func:`common.evaluate_agent` runs them."""
+        from transferlab.agent_rl.episodes import policy_episodes
+        from transferlab.agent_rl.policies.generation import SamplingConfig
         from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-        from transferlab.coding_rl.policies.generation import SamplingConfig
-        from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
 
         rl = self.config.rl
         flat = [t for t in self.held for _ in range(self.config.eval_episodes)]
@@ -549,7 +549,7 @@ class Setup:
 
     def sft_policy(self, seed: int) -> Any:
         """The seed's SFT policy: trained once and saved in ``arms/sft-seed<seed>/policy``."""
-        from transferlab.coding_rl.trainers.demos import train_sft
+        from transferlab.agent_rl.sft import train_sft
 
         directory = self.exp.arm_dir(f"sft-seed{seed}") / "policy"
         if (directory / "config.json").exists():
@@ -578,7 +578,7 @@ class Setup:
 
     def rl_arm(self, seed: int, sft_model: Any) -> dict[str, Any]:
         """A copy of the SFT policy trained with ``train_rl`` (resumes from its checkpoint)."""
-        from transferlab.coding_rl.trainers.rl import train_rl
+        from transferlab.coding_rl.training import train_rl
 
         arm = f"rl-seed{seed}"
         cfg = self.config
@@ -605,8 +605,8 @@ class Setup:
 
     def rft_arm(self, seed: int, sft_model: Any) -> dict[str, Any]:
         """A copy of the SFT policy trained by expert iteration on RL's number of episodes."""
-        from transferlab.coding_rl.trainers.expert_iteration import expert_iteration
-        from transferlab.coding_rl.trainers.rollout_worker import RolloutWorker, WorkerSpec
+        from transferlab.agent_rl.rollout_worker import RolloutWorker, WorkerSpec
+        from transferlab.coding_rl.training import CODE_REPAIR_ENV, expert_iteration
 
         cfg, rl, rft = self.config, self.config.rl, self.config.rft
         t0 = time.perf_counter()
@@ -614,9 +614,14 @@ class Setup:
         tasks = rft_tasks(self.practice, rft_tasks_per_round(cfg), seed)
         ei = expert_iteration_config(rft, rl, seed)
         spec = WorkerSpec(
-            policy_dir="", sandbox_backend=cfg.backend, rewards=rl.rewards, max_steps=rl.max_steps, threads=0
+            policy_dir="",
+            rewards=rl.rewards,
+            max_steps=rl.max_steps,
+            threads=0,
+            env_factory=CODE_REPAIR_ENV,
+            env_options={"sandbox_backend": cfg.backend},
         )
-        worker = RolloutWorker(model, self.tokenizer, spec, sandbox=self.sandbox)
+        worker = RolloutWorker(model, self.tokenizer, spec, env_kwargs={"sandbox": self.sandbox})
         demos = demo_anchor(self.demos(), rft.demo_anchor, seed) if rft.demo_anchor else []
         with self.exp.arm_logger(f"rft-seed{seed}", resume=True) as logger:
             stats = expert_iteration(

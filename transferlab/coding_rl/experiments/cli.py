@@ -92,7 +92,7 @@ BackendOption = Annotated[
 def _run_owned(run: Callable[[], dict[str, Any]], resume: Path | None) -> dict[str, Any]:
     """``run()`` the experiment; a bad ``--resume``, a run another process owns or a model that cannot be
     loaded is one ``error:`` line."""
-    from transferlab.coding_rl.policies.model import PolicyNotFoundError
+    from transferlab.agent_rl.policies.model import PolicyNotFoundError
     from transferlab.platform.config import ConfigError
     from transferlab.platform.runstore import RunInUseError
 
@@ -165,7 +165,7 @@ def _config(
 def config_differences(saved: Any, given: Any, limit: int = 4) -> list[str]:
     """``field (saved X, given Y)`` for each setting (dotted for nested ones) where two configs differ.
 
-    >>> from transferlab.coding_rl.trainers.rl import RLConfig
+    >>> from transferlab.agent_rl.rl import RLConfig
     >>> config_differences(RLConfig(lr=1e-4), RLConfig(lr=5e-5, steps=3))
     ['lr (saved 0.0001, given 5e-05)', 'steps (saved 50, given 3)']
     """

@@ -25,16 +25,16 @@ from typing import Any, TypeVar
 from pydantic import Field
 from rich.console import Console
 
-from transferlab.coding_rl.policies.devices import context_limit
-from transferlab.coding_rl.policies.generation import SamplingConfig, generate
-from transferlab.coding_rl.policies.model import TinyPolicyConfig, count_parameters, load_policy
+from transferlab.agent_rl.policies.devices import context_limit
+from transferlab.agent_rl.policies.generation import SamplingConfig, generate
+from transferlab.agent_rl.policies.model import TinyPolicyConfig, count_parameters, load_policy
+from transferlab.agent_rl.rl import RLConfig
 from transferlab.coding_rl.sandbox.backends import SandboxBackend, open_backend
 from transferlab.coding_rl.sandbox.config import SandboxConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
+from transferlab.coding_rl.single_step import candidate_source, code_prompt_ids
 from transferlab.coding_rl.tasks.code_task import CodeTask
 from transferlab.coding_rl.tasks.repo_task import RepoTask
-from transferlab.coding_rl.trainers.rl import RLConfig
-from transferlab.coding_rl.trainers.rollout_worker import candidate_source, code_prompt_ids
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.harness import Experiment
 from transferlab.platform.results import (
@@ -66,8 +66,8 @@ def toy_tokenizer(
     split: str = "identifiers",
 ) -> Any:
     """A BPE tokenizer trained here on the toy tasks' texts and the tool-call language (no download);
-    ``split``: see :data:`~transferlab.coding_rl.policies.tokenizer.SPLITS`."""
-    from transferlab.coding_rl.policies.tokenizer import train_tokenizer
+    ``split``: see :data:`~transferlab.agent_rl.policies.tokenizer.SPLITS`."""
+    from transferlab.agent_rl.policies.tokenizer import train_tokenizer
     from transferlab.coding_rl.tasks.toy import toy_solution
     from transferlab.coding_rl.tokenizer_corpus import corpus_texts
 
@@ -120,7 +120,7 @@ def load_start_model(path: str | None) -> StartModel | None:
     """The model at ``path`` with its tokenizer, on the CPU in float32; None for no path.
 
     The trainers move it to their configured device and precision. Raises
-    :class:`~transferlab.coding_rl.policies.model.PolicyNotFoundError` (naming the fix) when ``path``
+    :class:`~transferlab.agent_rl.policies.model.PolicyNotFoundError` (naming the fix) when ``path``
     holds no loadable model.
     """
     if path is None:
@@ -248,8 +248,8 @@ def evaluate_agent(
     seed: int = 12_345,
 ) -> list[float]:
     """Per task: the share of the policy's CodeRepair-v0 episodes whose submit passed the verifier."""
+    from transferlab.agent_rl.episodes import policy_episodes
     from transferlab.coding_rl.env.code_repair import CodeRepairEnv
-    from transferlab.coding_rl.trainers.agent_rollout import policy_episodes
 
     flat = [t for t in tasks for _ in range(episodes_per_task)]
     envs = [CodeRepairEnv(list(tasks), max_steps=max_steps, sandbox=sandbox) for _ in flat]

@@ -25,6 +25,9 @@ from typing import Any
 from pydantic import Field
 from rich.console import Console
 
+from transferlab.agent_rl.policies.model import TinyPolicyConfig
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig, train_sft
 from transferlab.coding_rl.experiments.common import (
     CodeScores,
     ModelChoice,
@@ -45,11 +48,10 @@ from transferlab.coding_rl.experiments.common import (
     toy_tokenizer,
     write_results,
 )
-from transferlab.coding_rl.policies.model import TinyPolicyConfig
 from transferlab.coding_rl.sandbox.verifier import Verifier
+from transferlab.coding_rl.single_step import code_demonstration
 from transferlab.coding_rl.tasks.toy import OPERATIONS, noisy_demonstrations, toy_repo_tasks, toy_tasks
-from transferlab.coding_rl.trainers.demos import SFTConfig, code_demonstration, train_sft
-from transferlab.coding_rl.trainers.rl import RLConfig, train_rl
+from transferlab.coding_rl.training import train_rl
 from transferlab.platform.harness import Experiment
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Comparison, Result
@@ -149,7 +151,7 @@ def run_learn(
             exp.progress.advance(bar)
             sft_dir = exp.arm_dir(f"sft-seed{seed}")
             if (sft_dir / "policy" / "config.json").exists():
-                from transferlab.coding_rl.policies.model import load_policy
+                from transferlab.agent_rl.policies.model import load_policy
 
                 model, _ = load_policy(sft_dir / "policy", device="cpu", dtype="float32")
             else:
@@ -162,7 +164,7 @@ def run_learn(
                 exp.progress.update(bar, description=f"SFT seed {seed}")
                 with exp.arm_logger(f"sft-seed{seed}") as logger:
                     train_sft(model, tokenizer, demos, config.sft.model_copy(update={"seed": seed}), logger)
-                from transferlab.coding_rl.policies.model import save_policy
+                from transferlab.agent_rl.policies.model import save_policy
 
                 save_policy(model, tokenizer, sft_dir / "policy")
             results[f"sft-seed{seed}"] = exp.arm(

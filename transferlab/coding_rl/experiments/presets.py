@@ -10,12 +10,12 @@ The ``cpu`` preset of agent-learn (:data:`AGENT_LEARN_PRESETS`) made docs/result
 
 from __future__ import annotations
 
+from transferlab.agent_rl.policies.model import TinyPolicyConfig
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig
 from transferlab.coding_rl.experiments.agent import AgentExperimentConfig
 from transferlab.coding_rl.experiments.agent_learn import AgentLearnConfig, RFTSettings
 from transferlab.coding_rl.experiments.learn import LearnConfig
-from transferlab.coding_rl.policies.model import TinyPolicyConfig
-from transferlab.coding_rl.trainers.demos import SFTConfig
-from transferlab.coding_rl.trainers.rl import RLConfig
 
 LEARN_PRESETS: dict[str, LearnConfig] = {
     "cpu": LearnConfig(),
