@@ -9,12 +9,15 @@ PYTEST_ARGS ?=
 # fixtures are built once; `make test XDIST=` runs it in this process instead (pdb, -x, profiling).
 XDIST ?= -n auto --maxprocesses=4 --dist loadfile
 
-.PHONY: install demo test test-fast lint docs bench gpu-check clean
+.PHONY: install demo test test-fast lint docs bench gpu-check clean lock
 
 # Create .venv when missing and install with the constraints (torch==2.13.0, the CPU wheel on disk).
-$(STAMP): pyproject.toml constraints.txt
+# requirements.lock pins every package (transitive ones too) to what CI last tested; `make lock` renews it.
+LOCK := requirements.lock
+
+$(STAMP): pyproject.toml constraints.txt $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(LOCK) -e '.[dev,all]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -38,8 +41,8 @@ lint: install
 # The documentation site (MkDocs Material + API pages from the docstrings) into site/; --strict turns
 # every broken link or reference into an error.
 DOCS_STAMP := $(VENV)/.docs-stamp
-$(DOCS_STAMP): pyproject.toml constraints.txt $(STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,docs]'
+$(DOCS_STAMP): pyproject.toml constraints.txt $(LOCK) $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -c $(LOCK) -e '.[dev,all,docs]'
 	@touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
@@ -54,6 +57,14 @@ bench: install
 # CI never runs it. GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny make gpu-check checks the flow on a CPU.
 gpu-check: install
 	scripts/gpu_check.sh
+
+# Renew requirements.lock: a fresh venv with every extra at the newest versions constraints.txt allows.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,all,docs]'
+	echo '# Every package at the version CI tested (make lock; used as pip constraints by make install).' > $(LOCK)
+	.venv-lock/bin/pip freeze --exclude-editable --disable-pip-version-check | grep -v '^transferlab' >> $(LOCK)
+	rm -rf .venv-lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -50,8 +50,8 @@ from threadpoolctl import threadpool_limits
 from transferlab.simulator.envs.campaign import EpisodeConfig
 from transferlab.simulator.learned import LearnedSimulator, SimFitConfig, SimMarket, SimParams
 from transferlab.simulator.logs import LogSpec, generate_logs
-from transferlab.simulator.market import CATALOG
 from transferlab.simulator.reference_world import ReferenceWorld
+from transferlab.simulator.vocabulary import CATALOG
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import CustomerPrior, WorldConfig
 

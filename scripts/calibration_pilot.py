@@ -31,7 +31,6 @@ from transferlab.simulator.cli import _trained_policy
 from transferlab.simulator.fidelity import evaluate_panel, world_factory
 from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import read_logs
-from transferlab.simulator.market import DAY_KEYS, CampaignAction
 from transferlab.simulator.policies import Policy, Schedule, evaluation_panel, policy_panel
 from transferlab.simulator.policy_calibration import (
     RESPONSE_SHIFTS,
@@ -39,6 +38,7 @@ from transferlab.simulator.policy_calibration import (
     shifted_params,
     simulated_policies,
 )
+from transferlab.simulator.vocabulary import DAY_KEYS, CampaignAction
 
 
 def probes() -> dict[str, Policy]:

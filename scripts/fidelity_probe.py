@@ -18,8 +18,8 @@ import numpy as np
 from transferlab.simulator.fidelity import PanelResult, evaluate_panel, world_factory
 from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import read_logs
-from transferlab.simulator.market import DAY_KEYS
 from transferlab.simulator.policies import NoCampaign, Policy, evaluation_panel
+from transferlab.simulator.vocabulary import DAY_KEYS
 
 PROBED = (
     "every2_all_5",

@@ -30,8 +30,8 @@ from scipy import stats
 from transferlab.simulator.fidelity import evaluate_panel, world_factory
 from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import read_logs
-from transferlab.simulator.market import DAY_KEYS
 from transferlab.simulator.policies import Policy, evaluation_panel
+from transferlab.simulator.vocabulary import DAY_KEYS
 
 ERRORS = ("orders", "gmv", "profit")
 
@@ -108,7 +108,7 @@ def run_world(world: Path, policies: list[Path], episodes: int, seed: int) -> No
 
 def load_sim(sim_dir: Path, world: Path, episodes: int, seed: int) -> LearnedSimulator:
     """The simulator at ``sim_dir``, once the world panel it is ranked against is known to exist."""
-    from transferlab.simulator.learned.io import SimulatorError
+    from transferlab.simulator.learned.simulator import SimulatorError
 
     world_cache(world, episodes, seed)
     try:

@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--preset", choices=["cpu", "smoke"], default="cpu", help="the run's preset")
     args = ap.parse_args()
     from transferlab.agent_rl.policies.model import load_policy
-    from transferlab.coding_rl.experiments.common import open_experiment
+    from transferlab.agent_rl.start import open_experiment
     from transferlab.comparison import ops_learn
 
     torch.set_num_threads(1)

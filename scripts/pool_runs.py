@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from transferlab.coding_rl.experiments.common import compare, held_out, seed_estimate
+from transferlab.platform.held_out import compare, held_out, seed_estimate
 from transferlab.platform.results import Arm, Result, write_result
 
 ARMS = ("sft", "rl")

@@ -130,7 +130,8 @@ def main() -> None:
         help="rft: score the RFT policy, then train the preset's RL arm from it and score that too",
     )
     args = parser.parse_args()
-    from transferlab.coding_rl.experiments.common import open_experiment, opened_sandbox
+    from transferlab.agent_rl.start import open_experiment
+    from transferlab.coding_rl.experiments.common import opened_sandbox
     from transferlab.coding_rl.training import train_rl
     from transferlab.platform.io import atomic_write_json
 
@@ -195,7 +196,7 @@ def main() -> None:
                         resume=True,
                     ).model
             elif args.phase == "rft":
-                from transferlab.coding_rl.experiments.agent_learn import RFTSettings
+                from transferlab.agent_rl.rft import RFTSettings
 
                 base = RFTSettings().model_dump()
                 nested = {k: {**base[k], **v} if isinstance(v, dict) else v for k, v in rft_changes.items()}

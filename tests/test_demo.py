@@ -26,6 +26,15 @@ needs_root = pytest.mark.skipif(
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/transferlab-test-docker.sock"}
 
 
+SMALL = {
+    "customers": 1000,
+    "sim_train_episodes": 128 * 16,
+    "offline_steps": 400,
+    "compare_preset": "smoke",
+}
+"""Every section, smaller than `transferlab demo` runs it (the same code; a year of logs all the same)."""
+
+
 def quiet_console() -> tuple[Console, io.StringIO]:
     buf = io.StringIO()
     return Console(file=buf, width=160, force_terminal=False), buf
@@ -36,7 +45,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoResult, str]
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         pytest.skip("the forkserver backend needs root")
     console, buf = quiet_console()
-    result = run_demo(backend="forkserver", runs_root=tmp_path_factory.mktemp("runs"), console=console)
+    config = DemoConfig(runs_root=tmp_path_factory.mktemp("runs"), **SMALL)
+    result = run_demo(console=console, config=config)
     return result, buf.getvalue()
 
 
@@ -68,7 +78,7 @@ def test_demo_metrics(demo_run: tuple[DemoResult, str]) -> None:
     assert list(rewards["value"])[:2] == [8.0, 12.0]  # quick sort: buggy, fixed
     pass_rates = metrics[metrics["key"] == "sandbox/pass_rate"]
     assert list(pass_rates["value"])[:2] == [pytest.approx(0.6), 1.0]
-    advantage = metrics[metrics["key"] == "sandbox/seed000_advantage"]
+    advantage = metrics[metrics["key"] == "sandbox/design_note_advantage"]
     assert list(advantage["value"]) == [0.5]
 
 
@@ -96,7 +106,7 @@ def test_demo_summary_and_output(demo_run: tuple[DemoResult, str]) -> None:
     assert result.ok
     summary = result.summaries["coding: seed tasks in the sandbox"]
     assert summary["backend"] == "forkserver" and summary["fallback"] is None
-    assert (summary["seed000_reward"], summary["seed000_advantage"]) == (8.0, 0.5)
+    assert (summary["design_note_reward"], summary["design_note_advantage"]) == (8.0, 0.5)
     saved = json.loads((result.run_dir / "artifacts/summary.json").read_text())
     assert saved == result.summaries
     assert "coding: seed tasks in the sandbox" in output
@@ -180,7 +190,7 @@ def test_demo_queues_suggestions_for_review(demo_run: tuple[DemoResult, str]) ->
 
 def test_demo_ends_with_the_comparison_and_both_paths(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
-    section = result.summaries["compare: coding vs ecommerce, measured (transferlab compare --preset quick)"]
+    section = result.summaries["compare: coding vs ecommerce, measured (transferlab compare)"]
     report = Path(section["report"])
     assert report.is_file() and report.parent == result.run_dir / "artifacts" / "compare"
     assert section["ops_scores"]["expert"] > section["ops_scores"]["random"]
@@ -261,7 +271,7 @@ def test_the_default_sections() -> None:
         "ecommerce: logs, a simulator learned from them, a policy trained in it",
         "ecommerce: offline RL from the logs, judged by OPE and in the world",
         "review: suggestions from the trained policies, queued for people",
-        "compare: coding vs ecommerce, measured (transferlab compare --preset quick)",
+        "compare: coding vs ecommerce, measured (transferlab compare)",
     ]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from transferlab.simulator.fidelity import PanelResult
-from transferlab.simulator.market import DAY_KEYS
+from transferlab.simulator.vocabulary import DAY_KEYS
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fidelity_probe.py"
 

@@ -41,8 +41,11 @@ from transferlab.platform.config import BaseConfig
 from transferlab.platform.runstore import Run, RunStore
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
     from transferlab.coding_rl.sandbox.backends import SandboxBackend
     from transferlab.coding_rl.sandbox.config import BackendName, SandboxConfig
+    from transferlab.human_review.auth import Role
 
 __all__ = [
     "EXPERIMENT",
@@ -59,14 +62,9 @@ __all__ = [
 ]
 
 EXPERIMENT = "demo"
-SEED000_EXPECTED_REWARD = 7.5
+DESIGN_NOTE_EXPECTED_REWARD = 7.5
 """The expected reward (baseline) of the founding design note's worked example, the buggy quick sort."""
-SEED000_SOLUTION = "quick_sort_buggy.py"
-DEMO_LOG_DAYS = 365
-DEMO_CUSTOMERS = 2000
-DEMO_TRAIN_EPISODES = 192 * 128
-"""Episode budget of the demo's PPO run in the learned simulator (192 iterations of 128 markets,
-about two minutes here); an episode budget, not a time budget, so the demo is reproducible."""
+DESIGN_NOTE_SOLUTION = "quick_sort_buggy.py"
 
 
 class DemoConfig(BaseConfig):
@@ -81,6 +79,18 @@ class DemoConfig(BaseConfig):
     compare_preset: Literal["smoke", "quick"] = Field(
         default="quick", description="`transferlab compare` preset of the last section (smoke: seconds)."
     )
+    corpus_functions: int = Field(
+        default=40, ge=4, description="HumanEval functions of the scripted agents' small task corpus."
+    )
+    log_days: int = Field(default=365, ge=60, description="Days of the shop's logs (ecommerce sections).")
+    customers: int = Field(default=2000, ge=100, description="Customers of the demo's ground-truth world.")
+    sim_train_episodes: int = Field(
+        default=192 * 128,
+        ge=128,
+        description="Episode budget of the PPO run in the learned simulator (192 iterations of 128 markets, "
+        "about two minutes here); an episode budget, not a time budget, so the demo is reproducible.",
+    )
+    offline_steps: int = Field(default=2000, ge=100, description="d3rlpy steps of each offline learner.")
 
 
 @dataclass
@@ -184,14 +194,15 @@ def coding_seed_tasks(ctx: DemoContext) -> dict[str, Any]:
         sandbox.close()
 
     table = Table(title=f"seed solutions ({config.backend} backend)", title_justify="left")
-    for column, justify in (
+    justified: tuple[tuple[str, JustifyMethod], ...] = (
         ("solution", "left"),
         ("status", "left"),
         ("passed", "right"),
         ("reward", "right"),
         ("components", "left"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    )
+    for column, justify in justified:
+        table.add_column(column, justify=justify)
     for solution, result in zip(solutions, results, strict=True):
         colour = (
             "green" if result.status == "passed" else "red" if result.status == "infra_error" else "yellow"
@@ -224,21 +235,21 @@ def coding_seed_tasks(ctx: DemoContext) -> dict[str, Any]:
         "mean_reward": round(sum(r.reward for r in results) / len(results), 6),
         "infra_errors": sum(r.status == "infra_error" for r in results),
     }
-    worked = next((i for i, s in enumerate(solutions) if s.solution_file.name == SEED000_SOLUTION), None)
+    worked = next((i for i, s in enumerate(solutions) if s.solution_file.name == DESIGN_NOTE_SOLUTION), None)
     if worked is not None:
         buggy = results[worked]
-        adv = advantage(buggy.reward, baseline=SEED000_EXPECTED_REWARD)
-        logger.log(worked, {"sandbox/seed000_advantage": adv})
+        adv = advantage(buggy.reward, baseline=DESIGN_NOTE_EXPECTED_REWARD)
+        logger.log(worked, {"sandbox/design_note_advantage": adv})
         console.print(
-            f"seed 000 worked example: the buggy quick sort ({buggy.passed}/{buggy.total} tests) earns "
+            f"worked example: the buggy quick sort ({buggy.passed}/{buggy.total} tests) earns "
             f"reward {_num(buggy.reward)} ({_components(buggy.reward_components)}); against an expected "
-            f"reward of {_num(SEED000_EXPECTED_REWARD)} its advantage is {adv:+g}",
+            f"reward of {_num(DESIGN_NOTE_EXPECTED_REWARD)} its advantage is {adv:+g}",
             highlight=False,
         )
         summary.update(
-            seed000_reward=buggy.reward,
-            seed000_expected_reward=SEED000_EXPECTED_REWARD,
-            seed000_advantage=adv,
+            design_note_reward=buggy.reward,
+            design_note_expected_reward=DESIGN_NOTE_EXPECTED_REWARD,
+            design_note_advantage=adv,
         )
     summary["ok"] = summary["infra_errors"] == 0
     return summary
@@ -246,7 +257,6 @@ def coding_seed_tasks(ctx: DemoContext) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- coding: agent RL env
 
-DEMO_CORPUS_FUNCTIONS = 40
 DEMO_EPISODES = 12
 
 
@@ -263,10 +273,10 @@ def coding_agents(ctx: DemoContext) -> dict[str, Any]:
     console, run = ctx.console, ctx.run
     corpus_dir = run.artifact_path("coding_tasks")
     console.print(
-        f"building a small task corpus ({DEMO_CORPUS_FUNCTIONS} HumanEval functions + the seed repos)"
+        f"building a small task corpus ({ctx.config.corpus_functions} HumanEval functions + the seed repos)"
     )
     report = build_corpus(
-        corpus_dir, limit=DEMO_CORPUS_FUNCTIONS, held_out_fraction=0.4, backend=ctx.config.backend
+        corpus_dir, limit=ctx.config.corpus_functions, held_out_fraction=0.4, backend=ctx.config.backend
     )
     console.print(report.summary(), highlight=False)
     held_out = load_corpus(corpus_dir, split="held-out")
@@ -302,7 +312,7 @@ def coding_agents(ctx: DemoContext) -> dict[str, Any]:
         sandbox.close()
     console.print(table)
     console.print(
-        f"seed 000's calculator: the early attempt (read test, search, write without reading) returns "
+        f"design note 000's calculator: the early attempt (read test, search, write without reading) returns "
         f"{seed_runs['naive']:+.1f}; the expert workflow returns {seed_runs['expert']:+.1f} "
         f"(completion bonus included)",
         highlight=False,
@@ -355,7 +365,7 @@ def ecommerce_simulator(ctx: DemoContext) -> dict[str, Any]:
     from transferlab.simulator.world_config import WorldConfig
 
     out = ctx.run.dir / "artifacts" / "ecommerce"
-    spec = LogSpec(days=DEMO_LOG_DAYS, world=WorldConfig(n_customers=DEMO_CUSTOMERS, seed=0))
+    spec = LogSpec(days=ctx.config.log_days, world=WorldConfig(n_customers=ctx.config.customers, seed=0))
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=ctx.console, transient=True) as bar:
         task = bar.add_task("world: simulating a year under the marketer", total=spec.days)
@@ -363,7 +373,8 @@ def ecommerce_simulator(ctx: DemoContext) -> dict[str, Any]:
     write_logs(logs, out / "logs")
     camp = logs.campaigns
     ctx.console.print(
-        f"logs: {spec.days} days x {DEMO_CUSTOMERS:,} customers, {int(camp['launched'].sum())} campaigns "
+        f"logs: {spec.days} days x {ctx.config.customers:,} customers, "
+        f"{int(camp['launched'].sum())} campaigns "
         f"({int(camp['matured'].sum())} matured), {logs.manifest['rows']['events']:,} customer events",
         highlight=False,
     )
@@ -375,7 +386,8 @@ def ecommerce_simulator(ctx: DemoContext) -> dict[str, Any]:
         f"{purchase['heldout_log_loss']:.4f} vs {purchase['baseline_log_loss']:.4f} for a constant rate",
         highlight=False,
     )
-    config = SimTrainConfig.build(max_minutes=None, max_episodes=DEMO_TRAIN_EPISODES, eval_episodes=32)
+    episodes = ctx.config.sim_train_episodes
+    config = SimTrainConfig.build(max_minutes=None, max_episodes=episodes, eval_episodes=32)
     with Progress(*columns, console=ctx.console, transient=True) as bar:
         task = bar.add_task("PPO in the learned simulator", total=1.0)
 
@@ -392,7 +404,7 @@ def ecommerce_simulator(ctx: DemoContext) -> dict[str, Any]:
     )
     return {
         "log_days": spec.days,
-        "customers": DEMO_CUSTOMERS,
+        "customers": ctx.config.customers,
         "campaigns_logged": int(camp["launched"].sum()),
         "heldout_auc": purchase["heldout_auc"],
         "value_in_sim": {p: v.sim.estimate for p, v in values.items()},
@@ -405,7 +417,6 @@ def ecommerce_simulator(ctx: DemoContext) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- ecommerce: offline RL
 
-DEMO_OFFLINE_STEPS = 2000
 DEMO_OFFLINE_LEARNERS = ("discrete_cql", "discrete_bc")
 
 
@@ -427,12 +438,12 @@ def ecommerce_offline(ctx: DemoContext) -> dict[str, Any]:
         logs = read_logs(base / "logs")
     else:  # run on its own: make the year of logs here
         logs = generate_logs(
-            LogSpec(days=DEMO_LOG_DAYS, world=WorldConfig(n_customers=DEMO_CUSTOMERS, seed=0))
+            LogSpec(days=ctx.config.log_days, world=WorldConfig(n_customers=ctx.config.customers, seed=0))
         )
         write_logs(logs, base / "logs")
     config = OfflineTrainConfig(
         learners=list(DEMO_OFFLINE_LEARNERS),
-        steps=DEMO_OFFLINE_STEPS,
+        steps=ctx.config.offline_steps,
         dataset=DatasetConfig(),
         evaluation=OfflineEvalConfig(episodes=24, fqe_steps=2000),
     )
@@ -449,7 +460,7 @@ def ecommerce_offline(ctx: DemoContext) -> dict[str, Any]:
     assert ev is not None
     ctx.console.print(
         f"dataset: {len(result.dataset)} logged days in {result.dataset.n_episodes} episodes of 30; "
-        f"learners: {', '.join(DEMO_OFFLINE_LEARNERS)} ({DEMO_OFFLINE_STEPS} d3rlpy steps each)",
+        f"learners: {', '.join(DEMO_OFFLINE_LEARNERS)} ({ctx.config.offline_steps} d3rlpy steps each)",
         highlight=False,
     )
     ctx.console.print(ev.format_table(), highlight=False, soft_wrap=True)
@@ -478,7 +489,10 @@ def ecommerce_offline(ctx: DemoContext) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- ecommerce: human review
 
-DEMO_REVIEW_USERS = {"admin": ("admin", "demo-admin"), "reviewer": ("reviewer", "demo-reviewer")}
+DEMO_REVIEW_USERS: dict[str, tuple[Role, str]] = {
+    "admin": ("admin", "demo-admin"),
+    "reviewer": ("reviewer", "demo-reviewer"),
+}
 """Demo accounts of the review database: name -> (role, password). Demo passwords, printed on purpose."""
 DEMO_REVIEW_SUGGESTIONS = 3
 DEMO_RATING_TASKS = 2
@@ -490,7 +504,7 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
     market that continues the logged world, queued for people in a SQLite review database."""
     from rich.table import Table
 
-    from transferlab.human_review.market import MarketGateway
+    from transferlab.human_review.gateway import MarketGateway
     from transferlab.human_review.propose import propose
     from transferlab.human_review.reports import queue_ops_reports
     from transferlab.human_review.service import ReviewService
@@ -512,9 +526,9 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
     url = f"sqlite:///{out / 'review.db'}"
     service = ReviewService(ReviewStore(url))
     admin_role, admin_pw = DEMO_REVIEW_USERS["admin"]
-    admin = service.add_user(None, "admin", admin_pw, admin_role)  # type: ignore[arg-type]
+    admin = service.add_user(None, "admin", admin_pw, admin_role)
     reviewer_role, reviewer_pw = DEMO_REVIEW_USERS["reviewer"]
-    proposer = service.add_user(admin, "reviewer", reviewer_pw, reviewer_role)  # type: ignore[arg-type]
+    proposer = service.add_user(admin, "reviewer", reviewer_pw, reviewer_role)
     market = MarketGateway.from_logs(out / "market", base / "logs")
     simulator = base / "simulator" if (base / "simulator").is_dir() else None
     queued: dict[str, list[int]] = {}
@@ -579,11 +593,11 @@ def ecommerce_review(ctx: DemoContext) -> dict[str, Any]:
 
 
 def comparison(ctx: DemoContext) -> dict[str, Any]:
-    """The coding-vs-ecommerce domain table measured (``transferlab compare``, ``quick`` preset),
+    """The coding-vs-ecommerce domain table measured (``transferlab compare``, the config's preset),
     after the scripted agents on a few validation OpsAnalysis-v0 tasks."""
     from transferlab.comparison.compare import PRESETS, run_compare, table_text
     from transferlab.simulator.ops import ExpertAgent, NaiveAgent, RandomAgent, task_ids
-    from transferlab.simulator.ops.measures import ops_episode
+    from transferlab.simulator.ops.compare_column import ops_episode
 
     agents = {"expert": ExpertAgent(), "naive": NaiveAgent(), "random": RandomAgent(seed=0)}
     ops: dict[str, float] = {}
@@ -617,7 +631,7 @@ SECTIONS: list[DemoSection] = [
     ),
     DemoSection("ecommerce: offline RL from the logs, judged by OPE and in the world", ecommerce_offline),
     DemoSection("review: suggestions from the trained policies, queued for people", ecommerce_review),
-    DemoSection("compare: coding vs ecommerce, measured (transferlab compare --preset quick)", comparison),
+    DemoSection("compare: coding vs ecommerce, measured (transferlab compare)", comparison),
 ]
 
 
@@ -643,14 +657,16 @@ def run_demo(
     *,
     console: Console | None = None,
     sections: Sequence[DemoSection] | None = None,
+    config: DemoConfig | None = None,
 ) -> DemoResult:
-    """Run every section into a new run of experiment "demo" under ``runs_root``.
+    """Run every section into a new run of experiment "demo" under ``runs_root``; ``config`` (its backend
+    and runs root win over the arguments) sets the sections' sizes.
 
     The run ends ``finished``, or ``failed`` (with the error in meta.json) if a section raised, in
     which case the exception propagates.
     """
     console = console or Console()
-    config = DemoConfig(backend=backend, runs_root=Path(runs_root))
+    config = config or DemoConfig(backend=backend, runs_root=Path(runs_root))
     run = RunStore(config.runs_root).create_run(EXPERIMENT, config)
     result = DemoResult(run_dir=run.dir)
     with run:

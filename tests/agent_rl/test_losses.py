@@ -365,31 +365,33 @@ def test_gae_gamma_lambda_one_is_return_minus_value() -> None:
     close(token_returns(r, mask, 1.0), reward_to_go, tol=1e-12)
 
 
-# The seed 000 worked example: 10 steps, γ = λ = 1, so A_s = r_s + (sum of later rewards) - V_s.
+# The design note 000 worked example: 10 steps, γ = λ = 1, so A_s = r_s + (sum of later rewards) - V_s.
 # Step 3 (read the source): r = +0.5, later rewards 0.4 + 1.2 + 10.0 - 0.5 + 0.2 + 15.0 = 26.3, V = 5.0
 #   -> A = 0.5 + 26.3 - 5.0 = +21.8
 # Step 7 (a redundant re-read): r = -0.5, later rewards 0.2 + 15.0 = 15.2, V = 16.0
 #   -> A = -0.5 + 15.2 - 16.0 = -1.3
-SEED000_REWARDS = [0.0, 0.2, 0.1, 0.5, 0.4, 1.2, 10.0, -0.5, 0.2, 15.0]
-SEED000_VALUES = [1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 10.0, 16.0, 14.0, 12.0]
+DESIGN_NOTE_REWARDS = [0.0, 0.2, 0.1, 0.5, 0.4, 1.2, 10.0, -0.5, 0.2, 15.0]
+DESIGN_NOTE_VALUES = [1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 10.0, 16.0, 14.0, 12.0]
 
 
-def test_turn_gae_seed000_worked_example() -> None:
-    adv, ret = turn_gae(t([SEED000_REWARDS]), t([SEED000_VALUES]), torch.ones(1, 10), gamma=1.0, lam=1.0)
-    assert sum(SEED000_REWARDS[4:]) == pytest.approx(26.3)
-    assert sum(SEED000_REWARDS[8:]) == pytest.approx(15.2)
+def test_turn_gae_design_note_worked_example() -> None:
+    adv, ret = turn_gae(
+        t([DESIGN_NOTE_REWARDS]), t([DESIGN_NOTE_VALUES]), torch.ones(1, 10), gamma=1.0, lam=1.0
+    )
+    assert sum(DESIGN_NOTE_REWARDS[4:]) == pytest.approx(26.3)
+    assert sum(DESIGN_NOTE_REWARDS[8:]) == pytest.approx(15.2)
     assert adv[0, 3].item() == pytest.approx(21.8)
     assert adv[0, 7].item() == pytest.approx(-1.3)
     assert ret[0, 3].item() == pytest.approx(26.8)  # 0.5 + 26.3
 
 
-def test_token_gae_seed000_worked_example() -> None:
+def test_token_gae_design_note_worked_example() -> None:
     """The same episode as tokens: prompt, then per turn 2 action tokens and 3 observation tokens."""
     ids_mask: list[int] = [0, 0, 0]  # prompt
     rewards: list[float] = [0.0, 0.0, 0.0]
     values: list[float] = [0.0, 0.0, 0.0]
     first_token: list[int] = []
-    for r, v in zip(SEED000_REWARDS, SEED000_VALUES, strict=True):
+    for r, v in zip(DESIGN_NOTE_REWARDS, DESIGN_NOTE_VALUES, strict=True):
         first_token.append(len(ids_mask))
         ids_mask += [1, 1, 0, 0, 0]
         rewards += [0.0, r, 0.0, 0.0, 0.0]  # the turn's reward on its last action token

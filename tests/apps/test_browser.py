@@ -24,7 +24,7 @@ import pytest
 
 from transferlab.apps import REVIEW_APP
 from transferlab.human_review import auth
-from transferlab.human_review.market import MarketGateway
+from transferlab.human_review.gateway import MarketGateway
 from transferlab.human_review.service import ReviewService
 from transferlab.human_review.store import ReviewStore
 from transferlab.human_review.worker import run_worker

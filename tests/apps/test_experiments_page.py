@@ -1,4 +1,4 @@
-"""AppTests of the Experiments page: real runs made with RunStore, shown side by side (issue 8).
+"""AppTests of the Experiments page: real runs made with RunStore, shown side by side.
 
 The page runs through the review app's entry script (signed in, ``st.navigation``), with
 ``$TRANSFERLAB_RUNS_ROOT`` on a temporary run store.

@@ -1,4 +1,4 @@
-"""Code rewards (seed 000): executes +1, pass rate x 10, efficient +1, and a spec that changes them."""
+"""Code rewards (note 000): executes +1, pass rate x 10, efficient +1, and a spec that changes them."""
 
 from __future__ import annotations
 

@@ -231,9 +231,9 @@ def test_rft_policy_fine_tunes_a_copy_on_rl_episodes_and_names_a_budget_that_doe
 ) -> None:
     import torch
 
+    from transferlab.agent_rl.rft import RFTSettings
     from transferlab.agent_rl.sft import SFTConfig
-    from transferlab.coding_rl.experiments.agent_learn import RFTSettings
-    from transferlab.coding_rl.experiments.common import open_experiment
+    from transferlab.agent_rl.start import open_experiment
     from transferlab.comparison.ops_learn import EXPERIMENT, Setup
 
     smoke = OPS_LEARN_PRESETS["smoke"]  # 2 steps x 2 tasks x G=2 = 8 RL episodes

@@ -235,8 +235,8 @@ def test_rate_stores_expert_ratings_as_rewards(review: Review) -> None:
 
 
 def test_propose_command_queues_ppo_suggestions(review: Review, logs_dir: Path) -> None:
-    from transferlab.simulator.market import CATALOG
     from transferlab.simulator.train import CampaignPolicy
+    from transferlab.simulator.vocabulary import CATALOG
 
     policy = CampaignPolicy(hidden=8)
     policy.set_logit_prior(np.full(len(CATALOG), 1.0 / len(CATALOG)))
@@ -429,7 +429,7 @@ def _fill(directory: Path) -> Path:
 def test_a_full_disk_gives_one_error_line_and_changes_nothing(tiny_disk: Path, count_rows: Any) -> None:
     import sqlite3
 
-    from transferlab.human_review.market import MarketGateway
+    from transferlab.human_review.gateway import MarketGateway
     from transferlab.human_review.store import ReviewStore
     from transferlab.simulator.world_config import WorldConfig
 

@@ -22,7 +22,7 @@ from transferlab.human_review.service import ReviewService
 from transferlab.human_review.store import ReviewStore
 from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import LogSpec, generate_logs
-from transferlab.simulator.market import CampaignAction, catalog_index
+from transferlab.simulator.vocabulary import CampaignAction, catalog_index
 from transferlab.simulator.world_config import WorldConfig
 
 N_CUSTOMERS = 400

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from transferlab.human_review.market import MarketGateway
+from transferlab.human_review.gateway import MarketGateway
 from transferlab.human_review.propose import (
     UPLIFT_KEYS,
     ProposeError,
@@ -26,7 +26,7 @@ from transferlab.human_review.schema import Evidence, classify_risk, effective_r
 from transferlab.human_review.service import ReviewService, User
 from transferlab.human_review.store import ReviewStore
 from transferlab.simulator.envs.campaign import OBS_DIM
-from transferlab.simulator.market import CATALOG, OBS_KEYS
+from transferlab.simulator.vocabulary import CATALOG, OBS_KEYS
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Ops analysis reports to rate (issue 8): the store and service, queueing real episodes, agreement."""
+"""Ops analysis reports to rate: the store and service, queueing real episodes, agreement."""
 
 from __future__ import annotations
 

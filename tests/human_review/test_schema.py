@@ -15,7 +15,7 @@ from transferlab.human_review.schema import (
     parse_action,
     parse_suggestion,
 )
-from transferlab.simulator.market import CampaignAction
+from transferlab.simulator.vocabulary import CampaignAction
 
 
 def valid() -> dict[str, Any]:

@@ -25,7 +25,7 @@ from transferlab.human_review.service import (
     check_transition,
 )
 from transferlab.human_review.store import AuditEntry, RatingRow, ReviewStore
-from transferlab.simulator.market import CampaignAction
+from transferlab.simulator.vocabulary import CampaignAction
 
 Make = Callable[..., dict[str, Any]]
 

@@ -1,4 +1,4 @@
-"""The worker against the real service, store (SQLite file and PostgreSQL) and market (issue 7).
+"""The worker against the real service, store (SQLite file and PostgreSQL) and market.
 
 Crash recovery and concurrency run real worker processes (forked), each with its own store and
 gateway on the shared database and market directory.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from transferlab.human_review.market import LaunchReceipt, MarketGateway
+from transferlab.human_review.gateway import LaunchReceipt, MarketGateway
 from transferlab.human_review.service import (
     Claim,
     InvalidTransition,
@@ -29,7 +29,7 @@ from transferlab.human_review.service import (
 )
 from transferlab.human_review.store import ReviewStore
 from transferlab.human_review.worker import WorkerStats, run_worker
-from transferlab.simulator.market import CampaignAction
+from transferlab.simulator.vocabulary import CampaignAction
 from transferlab.simulator.world_config import WorldConfig
 
 WORLD = WorldConfig(n_customers=120, seed=4, maturity_days=7)

@@ -16,7 +16,7 @@ from transferlab.offline.datasets import (
 )
 from transferlab.simulator.envs.campaign import OBS_DIM
 from transferlab.simulator.logs import LogSpec, generate_logs
-from transferlab.simulator.market import CATALOG, OBS_KEYS, CampaignAction, catalog_index
+from transferlab.simulator.vocabulary import CATALOG, OBS_KEYS, CampaignAction, catalog_index
 from transferlab.simulator.world_config import WorldConfig
 
 

@@ -34,8 +34,8 @@ from transferlab.offline.ope import BanditData, Coverage
 from transferlab.platform.stats import Interval, bootstrap_ci
 from transferlab.simulator.behaviour import MarketerPolicy
 from transferlab.simulator.logs import Logs, LogSpec, generate_logs
-from transferlab.simulator.market import CATALOG
 from transferlab.simulator.policies import Marketer
+from transferlab.simulator.vocabulary import CATALOG
 from transferlab.simulator.world_config import WorldConfig
 
 HORIZON = 20

@@ -15,8 +15,8 @@ from transferlab.simulator.fidelity import (
     fidelity,
     logged_share,
 )
-from transferlab.simulator.market import CATALOG, CampaignAction
 from transferlab.simulator.policies import NoCampaign, Schedule, policy_panel
+from transferlab.simulator.vocabulary import CATALOG, CampaignAction
 from transferlab.simulator.world_config import WorldConfig
 
 EPISODE = EpisodeConfig.build(horizon=20, warmup_days=7, settle_days=14)

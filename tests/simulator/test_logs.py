@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from transferlab.cli import app
 from transferlab.simulator.behaviour import MarketerPolicy
 from transferlab.simulator.logs import LogError, Logs, LogSpec, generate_logs, read_logs, write_logs
-from transferlab.simulator.market import CATALOG, OBS_KEYS
+from transferlab.simulator.vocabulary import CATALOG, OBS_KEYS
 from transferlab.simulator.world_config import WorldConfig
 
 

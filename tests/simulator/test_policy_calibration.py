@@ -9,7 +9,6 @@ import pytest
 from transferlab.simulator.envs.campaign import EpisodeConfig
 from transferlab.simulator.learned import LearnedSimulator, SimParams
 from transferlab.simulator.logs import Logs, LogSpec, generate_logs
-from transferlab.simulator.market import CATALOG, SEGMENTS, CampaignAction, catalog_index
 from transferlab.simulator.policies import NoCampaign, Policy, Schedule
 from transferlab.simulator.policy_calibration import (
     FIT_SEED_STRIDE,
@@ -22,6 +21,7 @@ from transferlab.simulator.policy_calibration import (
     shifted_params,
     simulated_policies,
 )
+from transferlab.simulator.vocabulary import CATALOG, SEGMENTS, CampaignAction, catalog_index
 from transferlab.simulator.world_config import WorldConfig
 
 SHORT = EpisodeConfig.build(horizon=14, warmup_days=3, settle_days=7)

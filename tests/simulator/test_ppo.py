@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from transferlab.simulator.market import CATALOG, OBS_KEYS, CampaignAction, catalog_index
 from transferlab.simulator.ppo import (
     FEATURE_DIM,
     FeatureScaler,
@@ -23,6 +22,7 @@ from transferlab.simulator.ppo import (
     ppo_loss,
     whiten,
 )
+from transferlab.simulator.vocabulary import CATALOG, OBS_KEYS, CampaignAction, catalog_index
 
 
 def test_gae_three_steps_by_hand() -> None:

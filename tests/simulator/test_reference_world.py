@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-from transferlab.simulator.market import NOOP, OBS_KEYS, CampaignAction
 from transferlab.simulator.reference_world import EVENT_COLUMNS, ReferenceWorld, _geometric
+from transferlab.simulator.vocabulary import NOOP, OBS_KEYS, CampaignAction
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import CustomerPrior, WorldConfig
 

@@ -20,7 +20,6 @@ from transferlab.platform.config import ConfigError
 from transferlab.platform.metrics import MemoryLogger
 from transferlab.simulator.envs.campaign import EpisodeConfig, WorldMarket
 from transferlab.simulator.logs import Logs
-from transferlab.simulator.market import CATALOG, DAY_KEYS, OBS_KEYS
 from transferlab.simulator.train import (
     CampaignPolicy,
     PolicyActor,
@@ -28,6 +27,7 @@ from transferlab.simulator.train import (
     train_in_simulator,
     train_policy,
 )
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS, OBS_KEYS
 
 REWARDED = 7
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from transferlab.simulator.market import OBS_KEYS, CampaignAction
+from transferlab.simulator.vocabulary import OBS_KEYS, CampaignAction
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import CustomerPrior, WorldConfig
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from transferlab.platform.config import ConfigError
-from transferlab.simulator.market import CATEGORIES, CampaignAction
+from transferlab.simulator.vocabulary import CATEGORIES, CampaignAction
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import WorldConfig
 

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transferlab.agent_rl.policies.generation import SamplingConfig
+from transferlab.agent_rl.rl import RLConfig
 from transferlab.agent_rl.rollout_worker import (
     Chunk,
     Mode,
@@ -210,3 +212,86 @@ def _load_rounds(directory: Path, model: Any) -> tuple[list[Trajectory], list[Ro
     kept = read_trajectories(directory / "kept.parquet")[: int(state["kept"])]
     load_trainable_state(model, state["model"])
     return kept, [RoundStats(int(r), float(a), int(n), int(d), float(x)) for r, a, n, d, x in state["stats"]]
+
+
+class RFTSettings(BaseConfig):
+    """Rejection-sampling fine-tuning (expert iteration) settings; its episode budget is RL's."""
+
+    rounds: int = Field(default=4, ge=1, description="Sample-filter-train rounds.")
+    samples_per_task: int = Field(default=4, ge=1, description="Episodes per drawn task per round.")
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(steps=50, batch_size=8, lr=1e-3),
+        description="The fine-tuning of each round (on the verified successes so far, plus the anchor).",
+    )
+    demo_anchor: int = Field(
+        default=0,
+        ge=0,
+        description="Demonstrations kept in every round's data as a fixed anchor (a seeded draw of this "
+        "many; 0 = the policy's own verified successes only). RFT is fine-tuning on the policy's own "
+        "successes: an anchor, if any, stays small next to them.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_keep_demos(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "keep_demos" in data:
+            raise ValueError(
+                "rft.keep_demos was replaced by rft.demo_anchor (how many demonstrations stay in every "
+                "round's data; 0 = only the policy's own successes): set demo_anchor instead"
+            )
+        return data
+
+
+def expert_iteration_config(rft: RFTSettings, rl: RLConfig, seed: int) -> ExpertIterationConfig:
+    """The :class:`ExpertIterationConfig` of an RFT arm:
+    its rounds, samples and fine-tuning, with the RL arm's episode settings (temperature, tokens per
+    turn, context, tool calls) so that both arms sample the same kind of episode."""
+    return ExpertIterationConfig(
+        rounds=rft.rounds,
+        samples_per_task=rft.samples_per_task,
+        mode="agent",
+        temperature=rl.temperature,
+        max_new_tokens=rl.max_new_tokens,
+        max_context=rl.max_context,
+        max_steps=rl.max_steps,
+        sft=rft.sft,
+        seed=seed,
+    )
+
+
+_T = TypeVar("_T")
+
+
+def demo_anchor(demos: Sequence[_T], n: int, seed: int) -> list[_T]:
+    """The RFT arm's fixed anchor: a seeded draw of ``n`` of the demonstrations (all when fewer), in
+    their order.
+
+    >>> demo_anchor(list("abcdef"), 2, seed=0) == demo_anchor(list("abcdef"), 2, seed=0)
+    True
+    >>> demo_anchor(list("abc"), 5, seed=1), demo_anchor(list("abc"), 0, seed=1)
+    (['a', 'b', 'c'], [])
+    """
+    if n >= len(demos):
+        return list(demos)
+    picked = sorted(random.Random(f"rft-anchor:{seed}").sample(range(len(demos)), n))
+    return [demos[i] for i in picked]
+
+
+def rft_round_tasks(rl: RLConfig, rft: RFTSettings) -> int:
+    """Tasks an RFT arm samples each round so that its episodes equal RL's; a ValueError naming the fix
+    when ``rft.rounds x rft.samples_per_task`` does not divide RL's episodes."""
+    per_round = rft.rounds * rft.samples_per_task
+    if rl.total_episodes % per_round:
+        raise ValueError(
+            f"the RFT arm must run as many episodes as RL ({rl.total_episodes} = rl.steps x "
+            f"rl.tasks_per_step x rl.group_size), but rft.rounds x rft.samples_per_task = {per_round} "
+            "does not divide it: change rft.rounds or rft.samples_per_task"
+        )
+    return rl.total_episodes // per_round
+
+
+def rft_tasks(train: Sequence[_T], n: int, seed: int) -> list[_T]:
+    """``n`` training tasks for RFT: a seeded shuffle of ``train``, repeated when ``n`` is larger."""
+    order = list(train)
+    random.Random(f"rft:{seed}").shuffle(order)
+    return [order[i % len(order)] for i in range(n)]

@@ -63,6 +63,8 @@ from multiprocessing.connection import wait as wait_for
 from types import TracebackType
 from typing import Any, Literal, NoReturn, Protocol, Self
 
+from transferlab.platform.extras import require_extra
+
 logger = logging.getLogger(__name__)
 
 Backend = Literal["inline", "local", "ray"]
@@ -915,6 +917,7 @@ def make_pool(
         return InlinePool(factory)
     if backend == "local":
         return LocalPool(factory, size, threads_per_worker, startup_timeout_s)
+    require_extra("ray", "ray", "the ray rollout backend")
     return RayPool(
         factory, size, threads_per_worker, startup_timeout_s, ray_address=ray_address, num_gpus=num_gpus
     )

@@ -658,8 +658,9 @@ def run_eval(
 ) -> dict[str, Any]:
     """Evaluate ``--model`` on the tasks: the verifier's verdict per episode, clustered 95% interval."""
     from transferlab.agent_rl.policies.devices import context_limit
-    from transferlab.coding_rl.experiments.common import evaluate_agent, evaluate_code, mean
+    from transferlab.coding_rl.experiments.common import evaluate_agent, evaluate_code
     from transferlab.coding_rl.sandbox.verifier import Verifier
+    from transferlab.platform.held_out import mean
 
     _quiet()
     taskset = _tasks(tasks, split)

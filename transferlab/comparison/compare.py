@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from transferlab.coding_rl.measures import measure_coding
-from transferlab.comparison.measures import measure_offline
+from transferlab.coding_rl.compare_column import measure_coding
+from transferlab.comparison.offline_column import measure_offline
 from transferlab.comparison.settings import SOURCES as SETTINGS_SOURCES
 from transferlab.comparison.settings import settings_table
 from transferlab.platform.config import BaseConfig
@@ -48,8 +48,8 @@ from transferlab.platform.measures import (
     per_cost,
 )
 from transferlab.platform.provenance import provenance
-from transferlab.simulator.measures import SECONDS_PER_DAY, measure_campaign
-from transferlab.simulator.ops.measures import measure_ops
+from transferlab.simulator.compare_columns import SECONDS_PER_DAY, measure_campaign
+from transferlab.simulator.ops.compare_column import measure_ops
 
 if TYPE_CHECKING:
     from transferlab.platform.results import Result
@@ -681,12 +681,12 @@ def _panel_figure(panel: Mapping[str, Mapping[str, float]]) -> Any:
 def write_report(result: CompareResult, out: Path) -> Any:
     from transferlab.platform.reports import Report
 
-    report = Report("Coding vs ecommerce: seed 000's domain table, measured")
+    report = Report("Coding vs ecommerce: design note 000's domain table, measured")
     report.paragraph(
         "Each cell is a number measured in this run (or read from a committed result, which it says); the "
         f"run took {result.wall_s:.0f} s. How each was measured is listed under the tables."
     )
-    report.heading("The domain table (seed 000)")
+    report.heading("The domain table (design note 000)")
     report.table(table_rows(result))
     report.heading("RL against its baselines, side by side")
     if result.matched.get("comparisons"):
@@ -708,14 +708,14 @@ def write_report(result: CompareResult, out: Path) -> Any:
             + ", ".join(f"{d}: {f}/result.json" for d, f in SETTINGS_SOURCES.items())
             + "); where the domains differ, the last column says why."
         )
-    report.heading("Four questions before RL (seed 004)")
+    report.heading("Four questions before RL (design note 004)")
     report.table(
         [
             {"question": QUESTIONS[q], **{f: result.questions[f][q].cell() for f in QUESTION_FAMILIES}}
             for q in QUESTIONS
         ]
     )
-    report.heading("Three-layer diagnosis (seed 004)")
+    report.heading("Three-layer diagnosis (design note 004)")
     report.table(
         [
             {"layer": LAYERS[k], **{f: result.diagnosis[f][k].cell() for f in QUESTION_FAMILIES}}

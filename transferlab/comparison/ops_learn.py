@@ -1,6 +1,6 @@
 """Does multi-turn agent RL learn on ops? SFT vs SFT + GRPO on held-out ``OpsAnalysis-v0`` scenarios.
 
-The ops half of the project's question (issue 18), built like the coding half
+The ops half of the project's question, built like the coding half
 (:mod:`transferlab.coding_rl.experiments.agent_learn`). Per seed:
 
 1. **SFT** (arm ``sft``): a tiny policy (or, with ``model_path``, a copy of that local Hugging Face
@@ -49,31 +49,22 @@ from pydantic import Field, model_validator
 from rich.console import Console
 
 from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
-from transferlab.agent_rl.rl import RLConfig
-from transferlab.agent_rl.sft import SFTConfig
-from transferlab.coding_rl.experiments.agent_learn import (
+from transferlab.agent_rl.rft import (
     RFTSettings,
     demo_anchor,
     expert_iteration_config,
     rft_round_tasks,
     rft_tasks,
-    seeds_in_processes,
 )
-from transferlab.coding_rl.experiments.common import (
-    HeldOut,
+from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.sft import SFTConfig
+from transferlab.agent_rl.start import (
     ModelChoice,
     StartModel,
-    compare,
-    comparison_rows,
     fit_context,
-    held_out,
-    held_out_interval,
-    mean,
     model_record,
     open_experiment,
     policy_line,
-    seed_estimate,
-    write_results,
 )
 from transferlab.comparison.ops_training import (
     OPS_ENV_FACTORY,
@@ -85,7 +76,17 @@ from transferlab.comparison.ops_training import (
     shared_tokenizer,
 )
 from transferlab.platform.config import EvalSplit, eval_split_field
-from transferlab.platform.harness import Experiment
+from transferlab.platform.harness import Experiment, seeds_in_processes
+from transferlab.platform.held_out import (
+    HeldOut,
+    compare,
+    comparison_rows,
+    held_out,
+    held_out_interval,
+    mean,
+    seed_estimate,
+    write_results,
+)
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Cluster, Comparison, Result
@@ -514,13 +515,14 @@ def run_ops_learn(
     A resumed run keeps its finished arms (the RL arm resumes from its checkpoint). ``jobs > 1`` runs
     the seeds in that many processes at once; the result is the one a single process would write.
     """
-    from transferlab.coding_rl.experiments.common import experiment_command
+    from transferlab.platform.harness import experiment_command
 
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console, shared=jobs > 1)
-    command = experiment_command("learn", config, OPS_LEARN_PRESETS, exp.run.dir, runs_root, report_dir)
-    command = command.replace("transferlab coding experiment", "transferlab ops experiment", 1)
+    command = experiment_command(
+        "transferlab ops experiment learn", config, OPS_LEARN_PRESETS, exp.run.dir, runs_root, report_dir
+    )
     config = config.model_copy(
         update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
     )

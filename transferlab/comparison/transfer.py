@@ -59,20 +59,8 @@ from rich.console import Console
 from transferlab.agent_rl.policies.model import save_policy
 from transferlab.agent_rl.rl import RLConfig
 from transferlab.agent_rl.sft import SFTConfig
-from transferlab.coding_rl.experiments.common import (
-    HeldOut,
-    ModelChoice,
-    StartModel,
-    compare,
-    comparison_rows,
-    fit_context,
-    mean,
-    model_record,
-    open_experiment,
-    opened_sandbox,
-    seed_estimate,
-    write_results,
-)
+from transferlab.agent_rl.start import ModelChoice, StartModel, fit_context, model_record, open_experiment
+from transferlab.coding_rl.experiments.common import opened_sandbox
 from transferlab.coding_rl.tasks.toy import OPERATIONS
 from transferlab.comparison.ops_learn import OpsLearnConfig, per_task
 from transferlab.comparison.ops_training import (
@@ -85,6 +73,14 @@ from transferlab.comparison.ops_training import (
     train_ops,
 )
 from transferlab.platform.config import BaseConfig, EvalSplit, eval_split_field
+from transferlab.platform.held_out import (
+    HeldOut,
+    compare,
+    comparison_rows,
+    mean,
+    seed_estimate,
+    write_results,
+)
 from transferlab.platform.io import atomic_write_json
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Comparison, Result

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from transferlab.platform.cli_kit import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, fail
+from transferlab.platform.extras import require_extra
 from transferlab.platform.io import atomic_write_json
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ def _refusals() -> Iterator[None]:
 
     from sqlalchemy.exc import SQLAlchemyError
 
-    from transferlab.human_review.market import MarketError
+    from transferlab.human_review.gateway import MarketError
     from transferlab.human_review.propose import ProposeError
     from transferlab.human_review.service import AuthError, PermissionDenied, ReviewError
 
@@ -627,7 +628,7 @@ def default_market_dir(url: str) -> Path | None:
 
 
 def _gateway(market: Path | None, url: str) -> Any:
-    from transferlab.human_review.market import JOURNAL, MarketGateway
+    from transferlab.human_review.gateway import JOURNAL, MarketGateway
 
     directory = market or default_market_dir(url)
     if directory is None:
@@ -759,7 +760,7 @@ def market_init_command(
     logs: Annotated[Path, typer.Option("--logs", help="Log directory whose world the market continues.")],
 ) -> None:
     """Create a market that continues the world of a log directory after its logged history."""
-    from transferlab.human_review.market import MarketError, MarketGateway
+    from transferlab.human_review.gateway import MarketError, MarketGateway
 
     try:
         gateway = MarketGateway.from_logs(directory, logs)
@@ -780,7 +781,7 @@ def market_advance_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the matured results as JSON.")] = False,
 ) -> None:
     """Move the market's clock on; prints the results that matured meanwhile."""
-    from transferlab.human_review.market import JOURNAL, MarketGateway
+    from transferlab.human_review.gateway import JOURNAL, MarketGateway
 
     if days < 1:
         fail(f"--days must be at least 1, got {days}")
@@ -862,6 +863,7 @@ def serve_command(
     db: DbOption = None,
 ) -> None:
     """Open the Streamlit review app on the database (people sign in in the app)."""
+    require_extra("streamlit", "app", "the review app")
     path = review_app_path()
     if not path.is_file():
         fail(f"the review app {path} is not installed yet; update transferlab (it ships transferlab/apps/)")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from transferlab.simulator.market import CATALOG, OUTCOME_KEYS, CampaignAction, catalog_index
+from transferlab.simulator.vocabulary import CATALOG, OUTCOME_KEYS, CampaignAction, catalog_index
 
 if TYPE_CHECKING:
     from transferlab.human_review.service import ReviewService, SuggestionView, User
@@ -168,7 +168,7 @@ def close_the_loop(
     the simulator as first fitted (the world drifts and tires of campaigns, so that baseline is what
     learning must beat).
     """
-    from transferlab.human_review.market import MarketGateway
+    from transferlab.human_review.gateway import MarketGateway
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
     from transferlab.human_review.worker import run_worker

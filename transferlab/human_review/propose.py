@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from transferlab.human_review.schema import ActionSpec, Evidence, Interval, classify_risk
-from transferlab.simulator.market import CATALOG, DAY_KEYS, OBS_KEYS, OUTCOME_KEYS
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS, OBS_KEYS, OUTCOME_KEYS
 
 if TYPE_CHECKING:
     from transferlab.human_review.service import ReviewService, User
@@ -183,7 +183,7 @@ def _offline_policy(path: Path) -> LoadedPolicy:
 def market_observation(logs_dir: Path, market_dir: Path | None = None) -> np.ndarray:
     """Today's market as the environment's observation: ``OBS_KEYS`` values and 1.0 (time left)."""
     if market_dir is not None:
-        from transferlab.human_review.market import MarketGateway
+        from transferlab.human_review.gateway import MarketGateway
 
         try:
             state = MarketGateway(Path(market_dir)).world().observe()

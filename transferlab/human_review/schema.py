@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from transferlab.simulator.market import OUTCOME_KEYS, ActionError, CampaignAction
+from transferlab.simulator.vocabulary import OUTCOME_KEYS, ActionError, CampaignAction
 
 Risk = Literal["low", "medium", "high"]
 RISKS: tuple[Risk, ...] = ("low", "medium", "high")

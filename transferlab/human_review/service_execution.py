@@ -37,7 +37,7 @@ from transferlab.human_review.service_common import (
 )
 from transferlab.human_review.store import ExecutionRow, FeedbackRow, SuggestionRow, UserRow
 from transferlab.human_review.text import check_worker_id
-from transferlab.simulator.market import OUTCOME_KEYS
+from transferlab.simulator.vocabulary import OUTCOME_KEYS
 
 __all__ = [
     "Claim",

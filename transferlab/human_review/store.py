@@ -46,6 +46,8 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from transferlab.platform.extras import require_extra
+
 __all__ = [
     "AuditEntry",
     "Base",
@@ -364,6 +366,8 @@ class ReviewStore:
     @staticmethod
     def _create_engine(url: str, echo: bool) -> Engine:
         if not url.startswith("sqlite"):
+            if url.startswith("postgresql"):
+                require_extra("psycopg", "pg", "a PostgreSQL review store")
             return create_engine(url, echo=echo, pool_pre_ping=True)
         memory = url in ("sqlite://", "sqlite:///:memory:")
         engine = create_engine(

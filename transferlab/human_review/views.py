@@ -31,7 +31,7 @@ from transferlab.human_review.service import (
     report_subject,
 )
 from transferlab.human_review.text import shown
-from transferlab.simulator.market import PROMO_CATEGORIES, TARGETS
+from transferlab.simulator.vocabulary import PROMO_CATEGORIES, TARGETS
 
 __all__ = [
     "ACTION_FIELDS",

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from transferlab.human_review.market import KeyConflict, LaunchReceipt, MarketGateway
+from transferlab.human_review.gateway import KeyConflict, LaunchReceipt, MarketGateway
 from transferlab.human_review.service import (
     Claim,
     InvalidTransition,
@@ -44,7 +44,7 @@ from transferlab.human_review.service import (
 )
 from transferlab.human_review.store import ExecutionRow, SuggestionRow
 from transferlab.human_review.text import check_worker_id, shown
-from transferlab.simulator.market import CampaignAction
+from transferlab.simulator.vocabulary import CampaignAction
 
 __all__ = ["WorkerStats", "run_worker"]
 

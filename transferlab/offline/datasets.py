@@ -44,7 +44,7 @@ from pydantic import Field
 
 from transferlab.platform.config import BaseConfig
 from transferlab.simulator.envs.campaign import OBS_DIM, RewardConfig, scalarize
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATALOG,
     CATALOG_DISCOUNTS,
     DAY_KEYS,
@@ -249,7 +249,7 @@ def validate_campaigns(frame: pd.DataFrame, config: DatasetConfig) -> None:
     if bad_a.any():
         raise DatasetError(
             f"rows {_rows(bad_a, idx)} have action_index outside the catalog [0, {len(CATALOG)}): "
-            "use transferlab.simulator.market.catalog_index"
+            "use transferlab.simulator.vocabulary.catalog_index"
         )
     obs = frame[[f"ctx_{k}" for k in OBS_KEYS]].to_numpy(dtype=np.float64)
     bad_o = ~np.isfinite(obs).all(axis=1)

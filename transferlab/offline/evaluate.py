@@ -56,7 +56,7 @@ from transferlab.simulator.envs.campaign import (
     run_policy,
     scalarize,
 )
-from transferlab.simulator.market import CATALOG, CATALOG_BUDGETS, CATALOG_HOURS, TARGETS
+from transferlab.simulator.vocabulary import CATALOG, CATALOG_BUDGETS, CATALOG_HOURS, TARGETS
 
 if TYPE_CHECKING:
     from d3rlpy.dataset import MDPDataset

@@ -39,7 +39,7 @@ from transferlab.platform.io import atomic_write_json
 from transferlab.platform.provenance import provenance
 from transferlab.platform.reports import Curve
 from transferlab.platform.results import Comparison, paired_comparison
-from transferlab.simulator.market import CATALOG
+from transferlab.simulator.vocabulary import CATALOG
 
 Progress = Callable[[str, float], None]
 

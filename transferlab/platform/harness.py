@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,3 +172,98 @@ def sigterm_as_exit() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def seeds_in_processes(
+    exp: Experiment,
+    config: Any,
+    runs_root: Path,
+    jobs: int,
+    bar: Any,
+    job: Callable[[Any, str, str, list[int]], None],
+    arms: Sequence[str],
+) -> None:
+    """Split ``config.seeds`` over ``jobs`` spawned processes (seed i goes to process i mod jobs), each
+    running ``job(config, run_dir, runs_root, seeds)`` (a module-level function), and wait, showing the
+    finished ``arms`` on ``bar``; a failed process is a RuntimeError naming its seeds."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    groups = [config.seeds[i::jobs] for i in range(min(jobs, len(config.seeds)))]
+    procs = [
+        ctx.Process(target=job, args=(config, str(exp.run.dir), str(runs_root), seeds)) for seeds in groups
+    ]
+    names = [f"{arm}-seed{seed}" for seed in config.seeds for arm in arms]
+    with sigterm_as_exit():  # `kill PID` of this process also stops the seed processes
+        try:
+            for proc in procs:
+                proc.start()
+            while any(p.is_alive() for p in procs):
+                done = sum(exp.result(n) is not None for n in names)
+                exp.progress.update(bar, completed=done, description=f"{len(procs)} processes")
+                time.sleep(2.0)
+        finally:
+            _stop(procs)
+    failed = [seeds for proc, seeds in zip(procs, groups, strict=True) if proc.exitcode != 0]
+    if failed:
+        raise RuntimeError(
+            f"the process for seed(s) {failed} failed (its error is printed above); fix it and finish the "
+            f"run with --resume {exp.run.dir}"
+        )
+    exp.progress.update(bar, completed=0)
+
+
+def _stop(procs: Sequence[Any]) -> None:
+    """Terminate the started processes still running and wait for each."""
+    for proc in procs:
+        if proc.pid is not None and proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        if proc.pid is not None:
+            proc.join()
+
+
+def experiment_command(
+    command: str,
+    config: BaseConfig,
+    presets: Mapping[str, BaseConfig],
+    run_dir: Path,
+    runs_root: Path,
+    report_dir: Path | None,
+) -> str:
+    """The command line that makes this run again: ``command`` (e.g. ``"transferlab coding experiment
+    learn"``) and its options.
+
+    ``--preset NAME`` (with ``--seeds``, ``--model`` and ``--rollout-backend`` where they differ from
+    the preset) when the config is a preset's, else ``--config RUN_DIR/config.json`` (the config the
+    run saved).
+    """
+    mine = _comparable(config.model_dump(mode="json"))
+    args = shlex.split(command)
+    for name, preset in presets.items():
+        theirs = preset.model_dump(mode="json")
+        if _comparable(theirs) != mine:
+            continue
+        args += ["--preset", name]
+        dumped = config.model_dump(mode="json")
+        if dumped["seeds"] != theirs["seeds"]:
+            args += ["--seeds", ",".join(map(str, dumped["seeds"]))]
+        if dumped["model_path"] is not None:
+            args += ["--model", dumped["model_path"]]
+        if dumped["rl"]["rollout_backend"] != theirs["rl"]["rollout_backend"]:
+            args += ["--rollout-backend", dumped["rl"]["rollout_backend"]]
+        break
+    else:
+        args += ["--config", str(run_dir / "config.json")]
+    if runs_root != Path("runs"):
+        args += ["--runs-root", str(runs_root)]
+    if report_dir is not None:
+        args += ["--report-dir", str(report_dir)]
+    return shlex.join(args)
+
+
+def _comparable(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A config dump without the fields the command line sets (seeds, model, rollout backend)."""
+    out = {k: v for k, v in dumped.items() if k not in ("seeds", "model_path")}
+    out["rl"] = {k: v for k, v in dumped["rl"].items() if k != "rollout_backend"}
+    return out

@@ -1,7 +1,7 @@
 """The behaviour policy that made the historical logs: a human marketer with some exploration.
 
 Each day the marketer decides whether to run a campaign and, if so, picks one from the catalog
-(:data:`transferlab.simulator.market.CATALOG`). Habits: campaigns more often before weekends and when
+(:data:`transferlab.simulator.vocabulary.CATALOG`). Habits: campaigns more often before weekends and when
 the last week's sales were weak, fewer when many pushes went out recently; moderate discounts, evening
 pushes, "all" and "loyal" targets, the small budget. With probability ``epsilon`` the choice is uniform
 over the catalog, so every action has positive probability. The exact probability of the logged
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transferlab.simulator.market import CATALOG, SEGMENTS, CampaignAction
+from transferlab.simulator.vocabulary import CATALOG, SEGMENTS, CampaignAction
 
 _DISCOUNT_HABIT = {0.0: -0.5, 0.05: 0.3, 0.1: 1.0, 0.2: 0.6, 0.3: -0.8}
 _HOUR_HABIT = {9: -0.6, 13: 0.2, 20: 0.8}

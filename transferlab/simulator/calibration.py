@@ -41,8 +41,8 @@ import pandas as pd
 
 from transferlab.simulator.envs.campaign import EpisodeConfig, WorldMarket, run_policy
 from transferlab.simulator.learned import LearnedSimulator
-from transferlab.simulator.market import CATALOG, DAY_KEYS
 from transferlab.simulator.policies import Policy
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS
 
 
 class CalibrationError(ValueError):

@@ -33,8 +33,8 @@ from transferlab.simulator.envs.campaign import (
     WorldMarket,
     run_policy,
 )
-from transferlab.simulator.market import CATALOG, DAY_KEYS
 from transferlab.simulator.policies import Policy, Schedule, policy_panel
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS
 
 MarketFactory = Callable[[int, int], BatchMarket]
 ERROR_KEYS = ("orders", "gmv", "profit", "returns", "complaints")

@@ -52,9 +52,9 @@ from transferlab.simulator.fidelity import (
 )
 from transferlab.simulator.learned import LearnedSimulator
 from transferlab.simulator.logs import Logs
-from transferlab.simulator.market import CATALOG
 from transferlab.simulator.policies import Policy, evaluation_panel, policy_panel
 from transferlab.simulator.policy_calibration import calibrate_policies
+from transferlab.simulator.vocabulary import CATALOG
 
 CALIBRATION_METHODS = ("policies", "campaigns")
 """How ``sim fidelity`` calibrates: on each deployed policy's outcomes, or on each campaign's orders."""

@@ -32,7 +32,7 @@ import pandas as pd
 
 from transferlab.platform.io import atomic_directory, atomic_write_json
 from transferlab.simulator.behaviour import MarketerPolicy
-from transferlab.simulator.market import CATEGORIES, OUTCOME_KEYS
+from transferlab.simulator.vocabulary import CATEGORIES, OUTCOME_KEYS
 from transferlab.simulator.world import RETENTION_HORIZONS, MarketWorld
 from transferlab.simulator.world_config import WorldConfig
 

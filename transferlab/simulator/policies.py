@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from transferlab.simulator.behaviour import MarketerPolicy
-from transferlab.simulator.market import CATALOG, OBS_KEYS, CampaignAction, catalog_index
+from transferlab.simulator.vocabulary import CATALOG, OBS_KEYS, CampaignAction, catalog_index
 
 Policy = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 DEFAULT_HORIZON = 30

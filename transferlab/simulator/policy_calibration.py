@@ -42,8 +42,8 @@ import numpy as np
 from transferlab.simulator.envs.campaign import EpisodeConfig
 from transferlab.simulator.fidelity import evaluate_panel
 from transferlab.simulator.learned import LearnedSimulator, SimParams
-from transferlab.simulator.market import CATALOG, DAY_KEYS, SEGMENTS
 from transferlab.simulator.policies import Policy
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS, SEGMENTS
 
 RESPONSE_SHIFTS: tuple[str, ...] = (
     "level",

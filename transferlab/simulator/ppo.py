@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATALOG,
     CATALOG_BUDGETS,
     CATALOG_DISCOUNTS,

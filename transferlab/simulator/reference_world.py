@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from transferlab.simulator.market import CATEGORIES, NOOP, SEGMENTS, CampaignAction, campaign_satisfaction
+from transferlab.simulator.vocabulary import CATEGORIES, NOOP, SEGMENTS, CampaignAction, campaign_satisfaction
 from transferlab.simulator.world import (
     COMPLAINT_IF_LATE,
     COST_RATIO,

@@ -82,7 +82,6 @@ from transferlab.simulator.envs.campaign import (
     run_policy,
 )
 from transferlab.simulator.logs import Logs
-from transferlab.simulator.market import CATALOG
 from transferlab.simulator.ppo import (
     FEATURE_DIM,
     FeatureScaler,
@@ -96,6 +95,7 @@ from transferlab.simulator.ppo import (
     ppo_loss,
     whiten,
 )
+from transferlab.simulator.vocabulary import CATALOG
 
 CHECKPOINT_FILE = "checkpoint.pt"
 POLICY_FILE = "policy.pt"

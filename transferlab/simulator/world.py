@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATEGORIES,
     DAY_KEYS,
     NOOP,
@@ -154,7 +154,7 @@ class DayReport:
         return {k: v for k, v in self.__dict__.items() if k != "matured_campaigns"}
 
     def vector(self) -> np.ndarray:
-        """The day's outcomes in :data:`~transferlab.simulator.market.DAY_KEYS` order."""
+        """The day's outcomes in :data:`~transferlab.simulator.vocabulary.DAY_KEYS` order."""
         return np.array([float(getattr(self, k)) for k in DAY_KEYS])
 
 

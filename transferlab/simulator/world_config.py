@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from transferlab.platform.config import BaseConfig
-from transferlab.simulator.market import CATEGORIES
+from transferlab.simulator.vocabulary import CATEGORIES
 
 PRIOR_RESOURCE = "cdnow_prior.json"
 

@@ -1,4 +1,4 @@
-"""CodeRepair-v0: the Gymnasium contract, tools, rewards per seed 000, and the independent verdict."""
+"""CodeRepair-v0: the Gymnasium contract, tools, rewards per design note 000, and the independent verdict."""
 
 from __future__ import annotations
 

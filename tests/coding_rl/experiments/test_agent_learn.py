@@ -16,14 +16,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from transferlab.agent_rl.rft import RFTSettings, rft_tasks
 from transferlab.agent_rl.rl import RLConfig
 from transferlab.cli import app
 from transferlab.coding_rl.experiments.agent_learn import (
     AgentLearnConfig,
-    RFTSettings,
     build_result,
     layers,
-    rft_tasks,
     rft_tasks_per_round,
     rl_episodes,
     seconds_per_seed,
@@ -351,8 +350,8 @@ def test_sigterm_to_the_parent_stops_the_seed_processes(tmp_path: Path) -> None:
 def test_rft_demo_anchor_is_a_fixed_seeded_draw_and_keep_demos_is_refused() -> None:
     import doctest
 
+    from transferlab.agent_rl.rft import RFTSettings, demo_anchor
     from transferlab.coding_rl.experiments import agent_learn
-    from transferlab.coding_rl.experiments.agent_learn import RFTSettings, demo_anchor
 
     demos = list(range(100))
     picked = demo_anchor(demos, 8, seed=3)

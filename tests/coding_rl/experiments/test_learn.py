@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from transferlab.cli import app
-from transferlab.coding_rl.experiments.common import experiment_command
 from transferlab.coding_rl.experiments.learn import LearnConfig, build_result, primary, summarise, verdict
 from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
+from transferlab.platform.harness import experiment_command
 from transferlab.platform.results import Comparison, read_result
 from transferlab.platform.stats import mde
 
@@ -130,18 +130,22 @@ def test_the_command_names_the_preset_and_what_differs_from_it_else_the_saved_co
         update={"seeds": [4, 5], "rl": cpu.rl.model_copy(update={"rollout_backend": "ray"})}
     )
     run_dir = Path("runs/coding-learn/x")
-    assert experiment_command("learn", changed, LEARN_PRESETS, run_dir, Path("runs"), Path("docs/r")) == (
+    assert experiment_command(
+        "transferlab coding experiment learn", changed, LEARN_PRESETS, run_dir, Path("runs"), Path("docs/r")
+    ) == (
         "transferlab coding experiment learn --preset cpu --seeds 4,5 --rollout-backend ray "
         "--report-dir docs/r"
     )
     custom = cpu.model_copy(update={"eval_samples": 3})
-    assert experiment_command("learn", custom, LEARN_PRESETS, run_dir, Path("elsewhere"), None) == (
+    assert experiment_command(
+        "transferlab coding experiment learn", custom, LEARN_PRESETS, run_dir, Path("elsewhere"), None
+    ) == (
         "transferlab coding experiment learn --config runs/coding-learn/x/config.json --runs-root elsewhere"
     )
 
 
 def test_report_rows_show_the_mde_and_say_unknown_for_a_zero_width_interval() -> None:
-    from transferlab.coding_rl.experiments.common import comparison_rows
+    from transferlab.platform.held_out import comparison_rows
     from transferlab.platform.results import Arm, Result
 
     arm = Arm.model_validate({"held_out_success": {"estimate": 0.0, "ci": [0.0, 0.0]}, "n_episodes": 4})

@@ -16,13 +16,9 @@ from typer.testing import CliRunner
 
 from transferlab.agent_rl.policies.model import TinyPolicyConfig, save_policy
 from transferlab.agent_rl.rl import RLConfig
+from transferlab.agent_rl.start import fit_context, load_start_model, model_record
 from transferlab.cli import app
-from transferlab.coding_rl.experiments.common import (
-    fit_context,
-    load_start_model,
-    model_record,
-    toy_tokenizer,
-)
+from transferlab.coding_rl.experiments.common import toy_tokenizer
 from transferlab.coding_rl.tasks.toy import toy_repo_tasks, toy_tasks
 
 

@@ -313,7 +313,7 @@ def test_efficiency_needs_a_pass_and_the_budget() -> None:
 
 
 def test_seed_example_reward_from_a_hand_made_report() -> None:
-    # seed 000: the buggy quick sort passes 3 of 5 tests, runs, and is fast: 1 + 6 + 1 = 8.0
+    # design note 000: the buggy quick sort passes 3 of 5 tests, runs, and is fast: 1 + 6 + 1 = 8.0
     sol = next(s for s in seed_solutions() if s.solution_file.name == "quick_sort_buggy.py")
     cases = sol.task.all_tests
     values = [case.expected if i in (1, 2, 4) else [0] for i, (case, _) in enumerate(cases)]

@@ -20,7 +20,7 @@ from transferlab.simulator.envs.campaign import (
     run_policy,
     scalarize,
 )
-from transferlab.simulator.market import CATALOG, DAY_KEYS, CampaignAction, catalog_index
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS, CampaignAction, catalog_index
 from transferlab.simulator.world_config import WorldConfig
 
 SHORT = EpisodeConfig.build(horizon=5, warmup_days=7, settle_days=3)

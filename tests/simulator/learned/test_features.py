@@ -21,7 +21,7 @@ from transferlab.simulator.learned.features import (
     recency_bucket,
 )
 from transferlab.simulator.logs import LogError, Logs
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATALOG,
     DAY_KEYS,
     OUTCOME_KEYS,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from transferlab.simulator.market import CATEGORIES
 from transferlab.simulator.ops.data_platform import DataPlatform, ToolError, parse_action, parse_fields
 from transferlab.simulator.ops.env import ExpertAgent, OpsAnalysisEnv, run_episode
 from transferlab.simulator.ops.grader import rubric_score
@@ -18,6 +17,7 @@ from transferlab.simulator.ops.scenarios import (
     scenario,
     window_sales,
 )
+from transferlab.simulator.vocabulary import CATEGORIES
 
 SHIPPING, SEASONAL = 3, 4  # ops-0003 and ops-0004
 

@@ -41,32 +41,31 @@ from rich.console import Console
 from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
 from transferlab.agent_rl.rl import RLConfig
 from transferlab.agent_rl.sft import SFTConfig, scripted_demonstration, train_sft
-from transferlab.coding_rl.experiments.common import (
-    HeldOut,
+from transferlab.agent_rl.start import (
     ModelChoice,
     StartModel,
-    compare,
-    comparison_rows,
-    evaluate_agent,
-    experiment_command,
     fit_context,
-    held_out,
-    held_out_interval,
-    mean,
     model_record,
     open_experiment,
-    opened_sandbox,
     policy_line,
-    seed_estimate,
-    toy_tokenizer,
-    write_results,
 )
+from transferlab.coding_rl.experiments.common import evaluate_agent, opened_sandbox, toy_tokenizer
 from transferlab.coding_rl.sandbox.backends import SandboxBackend
 from transferlab.coding_rl.tasks.repo_task import RepoTask
 from transferlab.coding_rl.tasks.toy import OPERATIONS, toy_repo_plan, toy_repo_splits, toy_tasks
 from transferlab.coding_rl.training import train_rl
 from transferlab.platform.config import EvalSplit, eval_split_field
-from transferlab.platform.harness import Experiment
+from transferlab.platform.harness import Experiment, experiment_command
+from transferlab.platform.held_out import (
+    HeldOut,
+    compare,
+    comparison_rows,
+    held_out,
+    held_out_interval,
+    mean,
+    seed_estimate,
+    write_results,
+)
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Comparison, Result
 from transferlab.platform.stats import first_crossing
@@ -344,7 +343,14 @@ def run_agent_experiment(
     build_result, summarise, build_report = steps
     exp, config, start = open_experiment(name, config, runs_root, resume, console)
     subcommand = name.removeprefix("coding-")
-    command = experiment_command(subcommand, config, AGENT_PRESETS, exp.run.dir, runs_root, report_dir)
+    command = experiment_command(
+        f"transferlab coding experiment {subcommand}",
+        config,
+        AGENT_PRESETS,
+        exp.run.dir,
+        runs_root,
+        report_dir,
+    )
     config = config.model_copy(
         update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
     )

@@ -1,6 +1,6 @@
 """Agent RL on code against its two baselines: SFT, and rejection-sampling fine-tuning (RFT).
 
-The question of issue 17: on held-out multi-turn ``CodeRepair-v0`` tasks, does SFT + RL beat SFT,
+The question: on held-out multi-turn ``CodeRepair-v0`` tasks, does SFT + RL beat SFT,
 and does it beat fine-tuning on the policy's own verified successes given the same verifier and the
 same number of episodes? Per seed:
 
@@ -45,38 +45,45 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, Self
 
 import torch
 from pydantic import Field, model_validator
 from rich.console import Console
 
 from transferlab.agent_rl.policies.model import TinyPolicyConfig, load_policy, save_policy
+from transferlab.agent_rl.rft import (
+    RFTSettings,
+    demo_anchor,
+    expert_iteration_config,
+    rft_round_tasks,
+    rft_tasks,
+)
 from transferlab.agent_rl.rl import RLConfig
 from transferlab.agent_rl.sft import SFTConfig
-from transferlab.coding_rl.experiments.common import (
-    HeldOut,
+from transferlab.agent_rl.start import (
     ModelChoice,
     StartModel,
+    fit_context,
+    model_record,
+    open_experiment,
+    policy_line,
+)
+from transferlab.coding_rl.experiments.common import opened_sandbox, toy_tokenizer
+from transferlab.coding_rl.sandbox.backends import SandboxBackend
+from transferlab.coding_rl.tasks.repo_task import RepoTask, TaskSplits
+from transferlab.platform.config import EvalSplit, eval_split_field
+from transferlab.platform.harness import Experiment, experiment_command, seeds_in_processes
+from transferlab.platform.held_out import (
+    HeldOut,
     compare,
     comparison_rows,
-    experiment_command,
-    fit_context,
     held_out,
     held_out_interval,
     mean,
-    model_record,
-    open_experiment,
-    opened_sandbox,
-    policy_line,
     seed_estimate,
-    toy_tokenizer,
     write_results,
 )
-from transferlab.coding_rl.sandbox.backends import SandboxBackend
-from transferlab.coding_rl.tasks.repo_task import RepoTask, TaskSplits
-from transferlab.platform.config import BaseConfig, EvalSplit, eval_split_field
-from transferlab.platform.harness import Experiment, sigterm_as_exit
 from transferlab.platform.reports import Report, plot_bars
 from transferlab.platform.results import Arm, Cluster, Comparison, Result
 from transferlab.platform.trajectory import Trajectory
@@ -89,34 +96,6 @@ uses: every arm is scored on the same futures."""
 EDIT_TOOLS = ("edit_file", "write_file")
 EXPERT_STEPS = {"full": 7, "direct": 5, "short": 4, "lines": 4}
 """Tool calls of each expert workflow's demonstrations (:data:`~transferlab.coding_rl.agents.PLANS`)."""
-
-
-class RFTSettings(BaseConfig):
-    """Rejection-sampling fine-tuning (expert iteration) settings; its episode budget is RL's."""
-
-    rounds: int = Field(default=4, ge=1, description="Sample-filter-train rounds.")
-    samples_per_task: int = Field(default=4, ge=1, description="Episodes per drawn task per round.")
-    sft: SFTConfig = Field(
-        default_factory=lambda: SFTConfig(steps=50, batch_size=8, lr=1e-3),
-        description="The fine-tuning of each round (on the verified successes so far, plus the anchor).",
-    )
-    demo_anchor: int = Field(
-        default=0,
-        ge=0,
-        description="Demonstrations kept in every round's data as a fixed anchor (a seeded draw of this "
-        "many; 0 = the policy's own verified successes only). RFT is fine-tuning on the policy's own "
-        "successes: an anchor, if any, stays small next to them.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_keep_demos(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "keep_demos" in data:
-            raise ValueError(
-                "rft.keep_demos was replaced by rft.demo_anchor (how many demonstrations stay in every "
-                "round's data; 0 = only the policy's own successes): set demo_anchor instead"
-            )
-        return data
 
 
 class AgentLearnConfig(ModelChoice):
@@ -276,66 +255,9 @@ def rl_episodes(config: AgentLearnConfig) -> int:
     return config.rl.total_episodes
 
 
-def expert_iteration_config(rft: RFTSettings, rl: RLConfig, seed: int) -> Any:
-    """The :class:`~transferlab.agent_rl.rft.ExpertIterationConfig` of an RFT arm:
-    its rounds, samples and fine-tuning, with the RL arm's episode settings (temperature, tokens per
-    turn, context, tool calls) so that both arms sample the same kind of episode."""
-    from transferlab.agent_rl.rft import ExpertIterationConfig
-
-    return ExpertIterationConfig(
-        rounds=rft.rounds,
-        samples_per_task=rft.samples_per_task,
-        mode="agent",
-        temperature=rl.temperature,
-        max_new_tokens=rl.max_new_tokens,
-        max_context=rl.max_context,
-        max_steps=rl.max_steps,
-        sft=rft.sft,
-        seed=seed,
-    )
-
-
-_T = TypeVar("_T")
-
-
-def demo_anchor(demos: Sequence[_T], n: int, seed: int) -> list[_T]:
-    """The RFT arm's fixed anchor: a seeded draw of ``n`` of the demonstrations (all when fewer), in
-    their order.
-
-    >>> demo_anchor(list("abcdef"), 2, seed=0) == demo_anchor(list("abcdef"), 2, seed=0)
-    True
-    >>> demo_anchor(list("abc"), 5, seed=1), demo_anchor(list("abc"), 0, seed=1)
-    (['a', 'b', 'c'], [])
-    """
-    if n >= len(demos):
-        return list(demos)
-    picked = sorted(random.Random(f"rft-anchor:{seed}").sample(range(len(demos)), n))
-    return [demos[i] for i in picked]
-
-
-def rft_round_tasks(rl: RLConfig, rft: RFTSettings) -> int:
-    """Tasks an RFT arm samples each round so that its episodes equal RL's; a ValueError naming the fix
-    when ``rft.rounds x rft.samples_per_task`` does not divide RL's episodes."""
-    per_round = rft.rounds * rft.samples_per_task
-    if rl.total_episodes % per_round:
-        raise ValueError(
-            f"the RFT arm must run as many episodes as RL ({rl.total_episodes} = rl.steps x "
-            f"rl.tasks_per_step x rl.group_size), but rft.rounds x rft.samples_per_task = {per_round} "
-            "does not divide it: change rft.rounds or rft.samples_per_task"
-        )
-    return rl.total_episodes // per_round
-
-
 def rft_tasks_per_round(config: AgentLearnConfig) -> int:
     """Tasks the RFT arm samples each round so that its episodes equal RL's."""
     return rft_round_tasks(config.rl, config.rft)
-
-
-def rft_tasks(train: Sequence[_T], n: int, seed: int) -> list[_T]:
-    """``n`` training tasks for RFT: a seeded shuffle of ``train``, repeated when ``n`` is larger."""
-    order = list(train)
-    random.Random(f"rft:{seed}").shuffle(order)
-    return [order[i % len(order)] for i in range(n)]
 
 
 def undemonstrated(train: Sequence[RepoTask], n_demo: int) -> list[RepoTask]:
@@ -361,7 +283,7 @@ def recovery_demo(task: RepoTask, decoys: Sequence[RepoTask], rng: random.Random
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The three layers of a set of episodes (seed 004's: format -> single step -> sequence).
+    """The three layers of a set of episodes (design note 004's: format -> single step -> sequence).
 
     * ``format``: the share of all actions that parsed as a valid tool call and ran (step info
       ``tool_ok``);
@@ -682,7 +604,12 @@ def run_agent_learn(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console, shared=jobs > 1)
     command = experiment_command(
-        "agent-learn", config, AGENT_LEARN_PRESETS, exp.run.dir, runs_root, report_dir
+        "transferlab coding experiment agent-learn",
+        config,
+        AGENT_LEARN_PRESETS,
+        exp.run.dir,
+        runs_root,
+        report_dir,
     )
     config = config.model_copy(
         update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
@@ -692,7 +619,7 @@ def run_agent_learn(
     with exp.run, opened_sandbox(config.backend) as sandbox, exp.progress:
         bar = exp.progress.add_task("agent-learn", total=len(config.seeds) * len(ARMS))
         if jobs > 1:
-            seeds_in_processes(exp, config, runs_root, jobs, bar)
+            seeds_in_processes(exp, config, runs_root, jobs, bar, job=_seed_job, arms=ARMS)
         setup = Setup(exp, config, sandbox, start)
         for seed in config.seeds:
             results.update(_seed_arms(exp, setup, seed, bar))
@@ -741,55 +668,6 @@ def _seed_job(config: AgentLearnConfig, run_dir: str, runs_root: str, seeds: lis
                 _seed_arms(exp, setup, seed, None)
     finally:
         exp.run.release()
-
-
-def seeds_in_processes(
-    exp: Experiment,
-    config: Any,
-    runs_root: Path,
-    jobs: int,
-    bar: Any,
-    job: Callable[[Any, str, str, list[int]], None] = _seed_job,
-    arms: Sequence[str] = ARMS,
-) -> None:
-    """Split ``config.seeds`` over ``jobs`` spawned processes (seed i goes to process i mod jobs), each
-    running ``job(config, run_dir, runs_root, seeds)`` (a module-level function), and wait, showing the
-    finished ``arms`` on ``bar``; a failed process is a RuntimeError naming its seeds."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    groups = [config.seeds[i::jobs] for i in range(min(jobs, len(config.seeds)))]
-    procs = [
-        ctx.Process(target=job, args=(config, str(exp.run.dir), str(runs_root), seeds)) for seeds in groups
-    ]
-    names = [f"{arm}-seed{seed}" for seed in config.seeds for arm in arms]
-    with sigterm_as_exit():  # `kill PID` of this process also stops the seed processes
-        try:
-            for proc in procs:
-                proc.start()
-            while any(p.is_alive() for p in procs):
-                done = sum(exp.result(n) is not None for n in names)
-                exp.progress.update(bar, completed=done, description=f"{len(procs)} processes")
-                time.sleep(2.0)
-        finally:
-            _stop(procs)
-    failed = [seeds for proc, seeds in zip(procs, groups, strict=True) if proc.exitcode != 0]
-    if failed:
-        raise RuntimeError(
-            f"the process for seed(s) {failed} failed (its error is printed above); fix it and finish the "
-            f"run with --resume {exp.run.dir}"
-        )
-    exp.progress.update(bar, completed=0)
-
-
-def _stop(procs: Sequence[Any]) -> None:
-    """Terminate the started processes still running and wait for each."""
-    for proc in procs:
-        if proc.pid is not None and proc.is_alive():
-            proc.terminate()
-    for proc in procs:
-        if proc.pid is not None:
-            proc.join()
 
 
 def build_result(

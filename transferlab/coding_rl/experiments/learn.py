@@ -1,4 +1,4 @@
-"""Experiment 1 — does it learn? Untrained vs SFT vs SFT + GRPO vs SFT + PPO on held-out tasks.
+"""Does it learn? Untrained vs SFT vs SFT + GRPO vs SFT + PPO on held-out tasks.
 
 The project's readiness checklist asks to tell "the pipeline runs" apart from "the model really got
 better". Per seed, a tiny policy is built from scratch (or, with ``model_path``, a copy of that local
@@ -28,31 +28,29 @@ from rich.console import Console
 from transferlab.agent_rl.policies.model import TinyPolicyConfig
 from transferlab.agent_rl.rl import RLConfig
 from transferlab.agent_rl.sft import SFTConfig, train_sft
-from transferlab.coding_rl.experiments.common import (
-    CodeScores,
+from transferlab.agent_rl.start import (
     ModelChoice,
     StartModel,
-    compare,
-    comparison_rows,
-    evaluate_code,
-    experiment_command,
     fit_context,
-    held_out,
-    held_out_interval,
-    mean,
     model_record,
     open_experiment,
-    opened_sandbox,
     policy_line,
-    seed_estimate,
-    toy_tokenizer,
-    write_results,
 )
+from transferlab.coding_rl.experiments.common import CodeScores, evaluate_code, opened_sandbox, toy_tokenizer
 from transferlab.coding_rl.sandbox.verifier import Verifier
 from transferlab.coding_rl.single_step import code_demonstration
 from transferlab.coding_rl.tasks.toy import OPERATIONS, noisy_demonstrations, toy_repo_tasks, toy_tasks
 from transferlab.coding_rl.training import train_rl
-from transferlab.platform.harness import Experiment
+from transferlab.platform.harness import Experiment, experiment_command
+from transferlab.platform.held_out import (
+    compare,
+    comparison_rows,
+    held_out,
+    held_out_interval,
+    mean,
+    seed_estimate,
+    write_results,
+)
 from transferlab.platform.reports import Curve, Report, plot_bars, plot_curves
 from transferlab.platform.results import Arm, Comparison, Result
 from transferlab.platform.stats import Interval
@@ -123,7 +121,9 @@ def run_learn(
     from transferlab.coding_rl.experiments.presets import LEARN_PRESETS
 
     exp, config, start = open_experiment(EXPERIMENT, config, runs_root, resume, console)
-    command = experiment_command("learn", config, LEARN_PRESETS, exp.run.dir, runs_root, report_dir)
+    command = experiment_command(
+        "transferlab coding experiment learn", config, LEARN_PRESETS, exp.run.dir, runs_root, report_dir
+    )
     config = config.model_copy(
         update={"rl": fit_context(config.rl, start, lambda line: exp.console.print(line, highlight=False))}
     )

@@ -11,10 +11,11 @@ The ``cpu`` preset of agent-learn (:data:`AGENT_LEARN_PRESETS`) made docs/result
 from __future__ import annotations
 
 from transferlab.agent_rl.policies.model import TinyPolicyConfig
+from transferlab.agent_rl.rft import RFTSettings
 from transferlab.agent_rl.rl import RLConfig
 from transferlab.agent_rl.sft import SFTConfig
 from transferlab.coding_rl.experiments.agent import AgentExperimentConfig
-from transferlab.coding_rl.experiments.agent_learn import AgentLearnConfig, RFTSettings
+from transferlab.coding_rl.experiments.agent_learn import AgentLearnConfig
 from transferlab.coding_rl.experiments.learn import LearnConfig
 
 LEARN_PRESETS: dict[str, LearnConfig] = {
@@ -63,7 +64,7 @@ AGENT_PRESETS: dict[str, AgentExperimentConfig] = {
 
 AGENT_LEARN_PRESETS: dict[str, AgentLearnConfig] = {
     # cpu: what made docs/results/coding_agent_learn (3 seeds, 53 min per seed alone on one core),
-    # then on 323 functions split two ways (524 training / 120 held-out repositories). Since issue 49
+    # then on 323 functions split two ways (524 training / 120 held-out repositories). Now
     # the whole grown grammar (485 functions) splits three ways by template, with no bug edit shared
     # with training: 612 training / 169 validation / 195 test repositories (`transferlab coding tasks
     # audit`); pilots score validation (eval_split), a committed result test. SFT on the line-edit

@@ -51,8 +51,10 @@ def _owner_tag() -> str:
 def _docker_client() -> Any:
     try:
         import docker
-    except ImportError as exc:  # pragma: no cover - docker is a declared dependency
-        raise SandboxUnavailable(f"the docker SDK is not installed ({exc}); pip install docker") from None
+    except ImportError as exc:
+        raise SandboxUnavailable(
+            f"the docker backend needs the 'docker' extra ({exc}): pip install 'transferlab[docker]'"
+        ) from None
     try:
         client = docker.from_env(timeout=30)
         client.ping()

@@ -7,7 +7,7 @@ guards, loops and slices), names them (``verb_noun``), groups them 1-3 per modul
 :mod:`~transferlab.coding_rl.tasks.mutations`, and packages each kept mutant as a
 :class:`~transferlab.coding_rl.tasks.repo_task.RepoTask`, in three splits.
 
-- **Split.** By template (issue 49): :func:`assign_shapes` puts each shape, with every slot assignment
+- **Split.** By template: :func:`assign_shapes` puts each shape, with every slot assignment
   of it, in ``train``, ``validation`` or ``test`` (a seeded shuffle; validation and test each take
   about their fraction of the grammar's functions); functions are drawn per split in proportion, and a
   module holds functions of one split. A validation or test task whose bug edit, with constants and
@@ -423,7 +423,7 @@ SHAPES: Final[tuple[Shape, ...]] = (
         "if {b} >= len({a}):\n    return -1\nreturn {a}[{b}]",
         "Return the element of {a} at index {b}, or -1 when {b} is past the end.",
     ),
-    # --- more templates (issue 49): each has lines of its own, so its bug edits are its own
+    # --- more templates: each has lines of its own, so its bug edits are its own
     _s(
         "bucket",
         "int",

@@ -144,7 +144,7 @@ def calculator_task() -> RepoTask:
         time_limit_s=2.0,
         efficiency_budget_s=1.0,
         provenance={
-            "source": "seed 000",
+            "source": "design note 000",
             "generator": GENERATOR,
             "kind": "missing guard",
             "bugs": [bug.model_dump()],
@@ -179,7 +179,7 @@ def binary_search_task() -> RepoTask:
         time_limit_s=code_task.time_limit_s,
         efficiency_budget_s=code_task.efficiency_budget_s,
         provenance={
-            "source": "seed 004",
+            "source": "design note 004",
             "generator": GENERATOR,
             "kind": "boundary updates",
             "files": [
@@ -215,7 +215,7 @@ def quick_sort_task() -> RepoTask:
         time_limit_s=code_task.time_limit_s,
         efficiency_budget_s=code_task.efficiency_budget_s,
         provenance={
-            "source": "seed 000",
+            "source": "design note 000",
             "generator": GENERATOR,
             "kind": "dropped equality case",
             "files": ["seed/quick_sort_buggy.py", "seed/quick_sort.json"],

@@ -33,9 +33,17 @@ class SeedSolution:
 
 
 SEED_SOLUTIONS: tuple[tuple[str, str, str], ...] = (
-    ("quick_sort.json", "quick_sort_buggy.py", "quick sort, drops elements equal to the pivot (seed 000)"),
+    (
+        "quick_sort.json",
+        "quick_sort_buggy.py",
+        "quick sort, drops elements equal to the pivot (note 000)",
+    ),
     ("quick_sort.json", "quick_sort_fixed.py", "quick sort, fixed"),
-    ("binary_search.json", "binary_search_buggy.py", "binary search, low = mid and high = mid (seed 004)"),
+    (
+        "binary_search.json",
+        "binary_search_buggy.py",
+        "binary search, low = mid and high = mid (note 004)",
+    ),
     ("binary_search.json", "binary_search_low_bug.py", "binary search, only low = mid left"),
     ("binary_search.json", "binary_search_high_bug.py", "binary search, only high = mid left"),
     ("binary_search.json", "binary_search_fixed.py", "binary search, fixed"),

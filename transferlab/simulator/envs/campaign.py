@@ -23,7 +23,7 @@ from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from transferlab.platform.config import BaseConfig
-from transferlab.simulator.market import CATALOG, DAY_KEYS, NOOP, OBS_KEYS
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS, NOOP, OBS_KEYS
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import CustomerPrior, WorldConfig
 
@@ -224,7 +224,7 @@ class CampaignEnv(gym.Env[np.ndarray, np.int64]):
     follow late deliveries, and a promotion pulls purchases forward from later days.
 
     ## Action Space
-    ``Discrete(151)``: an index into :data:`transferlab.simulator.market.CATALOG` (0 = no campaign).
+    ``Discrete(151)``: an index into :data:`transferlab.simulator.vocabulary.CATALOG` (0 = no campaign).
 
     ## Observation Space
     ``Box(-inf, inf, (18,), float32)``: the market state a marketer sees (:data:`OBS_KEYS`: weekday,

@@ -34,9 +34,9 @@ The market starts from the logged customers' state at the end of the log (bootst
 
 from __future__ import annotations
 
+from transferlab.simulator.learned.fast_market import CampaignOutcomes, SimMarket, SimParams
 from transferlab.simulator.learned.fit import FitResult, SimFitConfig, fit_simulator
-from transferlab.simulator.learned.io import LearnedSimulator, SimulatorError
-from transferlab.simulator.learned.market import CampaignOutcomes, SimMarket, SimParams
+from transferlab.simulator.learned.simulator import LearnedSimulator, SimulatorError
 
 __all__ = [
     "CampaignOutcomes",

@@ -32,7 +32,7 @@ import pandas as pd
 from scipy import sparse
 
 from transferlab.simulator.logs import LogError, Logs
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATALOG,
     CATEGORIES,
     DAY_KEYS,

@@ -36,6 +36,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 from threadpoolctl import threadpool_limits
 
 from transferlab.platform.config import BaseConfig
+from transferlab.simulator.learned.fast_market import PEND, PENDING_KEYS, SimParams, noisy_or_logit
 from transferlab.simulator.learned.features import (
     FREQUENCY_LUT,
     NEVER,
@@ -56,9 +57,8 @@ from transferlab.simulator.learned.features import (
     log_tail_days,
     push_history_bits,
 )
-from transferlab.simulator.learned.market import PEND, PENDING_KEYS, SimParams, noisy_or_logit
 from transferlab.simulator.logs import LogError, Logs
-from transferlab.simulator.market import CATALOG, DAY_KEYS, SEGMENTS
+from transferlab.simulator.vocabulary import CATALOG, DAY_KEYS, SEGMENTS
 
 INTERACTION_GRID = (0.003, 0.03, 0.3, 3.0)
 """Candidate ``interaction_c`` values tried on the held-out tail when the config leaves it None."""

@@ -33,8 +33,8 @@ from typing import Any
 import pandas as pd
 
 from transferlab.platform.tools import ToolCall, ToolError, parse_tool_call
-from transferlab.simulator.market import CATEGORIES
 from transferlab.simulator.ops.scenarios import Scenario, campaign_summary, window_sales
+from transferlab.simulator.vocabulary import CATEGORIES
 
 TOOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # name: (required, optional)
     "query_sales_data": (("category",), ("window", "time", "compare")),

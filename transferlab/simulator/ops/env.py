@@ -409,7 +409,7 @@ class RandomAgent:
         self.category = category
 
     def act(self, last_observation: str) -> str:
-        from transferlab.simulator.market import CATEGORIES
+        from transferlab.simulator.vocabulary import CATEGORIES
 
         r = self.rng
         if r.random() < 0.2:

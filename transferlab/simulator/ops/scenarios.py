@@ -53,7 +53,7 @@ from pydantic import Field, model_validator
 
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.io import atomic_write_bytes
-from transferlab.simulator.market import CATEGORIES, CampaignAction
+from transferlab.simulator.vocabulary import CATEGORIES, CampaignAction
 from transferlab.simulator.world import COST_RATIO, MarketWorld
 from transferlab.simulator.world_config import WorldConfig
 

@@ -38,7 +38,7 @@ from transferlab.simulator.learned.features import (
     R,
     S,
 )
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATALOG,
     DAY_KEYS,
     OBS_KEYS,

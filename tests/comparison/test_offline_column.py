@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transferlab.comparison.measures import offline_summary
+from transferlab.comparison.offline_column import offline_summary
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 

@@ -57,7 +57,7 @@ from filelock import FileLock, Timeout
 
 from transferlab.platform.io import atomic_write_json
 from transferlab.simulator.logs import drive_with_marketer, read_logs
-from transferlab.simulator.market import OUTCOME_KEYS, CampaignAction
+from transferlab.simulator.vocabulary import OUTCOME_KEYS, CampaignAction
 from transferlab.simulator.world import MarketWorld
 from transferlab.simulator.world_config import WorldConfig
 
@@ -102,7 +102,7 @@ class LaunchReceipt:
 class MaturedResult:
     """A launched campaign's outcome once it matured (``WorldConfig.maturity_days`` after launch).
 
-    ``outcome`` holds the :data:`~transferlab.simulator.market.OUTCOME_KEYS` known at the time:
+    ``outcome`` holds the :data:`~transferlab.simulator.vocabulary.OUTCOME_KEYS` known at the time:
     ``retention_60``/``retention_90`` only once those horizons have passed.
     """
 

@@ -6,7 +6,7 @@ import pytest
 
 from transferlab.platform.measures import spread
 from transferlab.simulator.ops import task_ids
-from transferlab.simulator.ops.measures import ops_episode, ops_probes, ops_replay
+from transferlab.simulator.ops.compare_column import ops_episode, ops_probes, ops_replay
 
 
 def test_ops_replay_has_zero_spread() -> None:

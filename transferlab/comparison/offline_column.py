@@ -1,7 +1,7 @@
 """The ``campaign_offline`` column of ``transferlab compare``: read from the committed offline RL run.
 
-The other families are measured in their domains (:mod:`transferlab.coding_rl.measures`,
-:mod:`transferlab.simulator.ops.measures`, :mod:`transferlab.simulator.measures`) with the shared
+The other families are measured in their domains (:mod:`transferlab.coding_rl.compare_column`,
+:mod:`transferlab.simulator.ops.compare_column`, :mod:`transferlab.simulator.compare_columns`) with the shared
 :class:`~transferlab.platform.measures.Measure`; this one reads ``docs/results/offline_rl/result.json``.
 """
 

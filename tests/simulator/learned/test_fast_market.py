@@ -13,7 +13,7 @@ from transferlab.simulator.learned import LearnedSimulator, SimMarket, SimParams
 from transferlab.simulator.learned.features import EXO_COLUMNS, NEVER, K, Panel
 from transferlab.simulator.learned.fit import compiled_logit
 from transferlab.simulator.logs import Logs, LogSpec, run_behaviour_policy
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATALOG,
     DAY_KEYS,
     OBS_KEYS,
@@ -187,7 +187,7 @@ def test_daily_orders_under_the_marketer_are_close_to_the_worlds(sim: LearnedSim
     assert sim_out[..., DAY["pushes"]].mean() == pytest.approx(world_pushes.mean(), rel=0.35)
 
 
-@pytest.mark.parametrize("module", ["features", "fit", "market", "io"])
+@pytest.mark.parametrize("module", ["features", "fit", "fast_market", "simulator"])
 def test_docstring_examples_run(module: str) -> None:
     import doctest
     import importlib

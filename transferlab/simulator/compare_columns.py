@@ -57,14 +57,14 @@ def run_in(market: Any, policy: Any, seed: int) -> dict[str, np.ndarray]:
 
 
 def outcome_of(result: Mapping[str, np.ndarray], key: str) -> np.ndarray:
-    from transferlab.simulator.market import DAY_KEYS
+    from transferlab.simulator.vocabulary import DAY_KEYS
 
     return np.asarray(result["outcome"][:, DAY_KEYS.index(key)], dtype=np.float64)
 
 
 def campaigns_run(result: Mapping[str, np.ndarray]) -> np.ndarray:
     """Campaign days per episode (days on which pushes went out)."""
-    from transferlab.simulator.market import DAY_KEYS
+    from transferlab.simulator.vocabulary import DAY_KEYS
 
     return np.asarray((result["daily"][:, :, DAY_KEYS.index("pushes")] > 0).sum(axis=0), dtype=np.float64)
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from transferlab.cli import app
 from transferlab.platform.config import load_config
 from transferlab.simulator.learned import LearnedSimulator, SimFitConfig, SimulatorError
-from transferlab.simulator.market import CATALOG
+from transferlab.simulator.vocabulary import CATALOG
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transferlab.human_review.market import (
+from transferlab.human_review.gateway import (
     KeyConflict,
     LaunchReceipt,
     MarketError,
@@ -18,7 +18,7 @@ from transferlab.human_review.market import (
     MaturedResult,
 )
 from transferlab.simulator.logs import LogSpec, generate_logs, write_logs
-from transferlab.simulator.market import OUTCOME_KEYS, CampaignAction
+from transferlab.simulator.vocabulary import OUTCOME_KEYS, CampaignAction
 from transferlab.simulator.world_config import WorldConfig
 
 WORLD = WorldConfig(n_customers=150, seed=3, maturity_days=7)
@@ -209,6 +209,6 @@ def test_a_corrupted_journal_is_refused_and_left_as_it_is(gateway: MarketGateway
 def test_market_doctests_hold() -> None:
     import doctest
 
-    from transferlab.human_review import market as module
+    from transferlab.human_review import gateway as module
 
     assert doctest.testmod(module).failed == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from transferlab.platform.measures import spread
-from transferlab.simulator.measures import campaign_replay, gmv_margin_conflict, world_market
+from transferlab.simulator.compare_columns import campaign_replay, gmv_margin_conflict, world_market
 
 
 def test_gmv_margin_conflict_on_a_small_panel() -> None:

@@ -23,8 +23,8 @@ import numpy as np
 
 from transferlab.platform.config import ConfigError
 from transferlab.platform.io import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
+from transferlab.simulator.learned.fast_market import SimMarket, SimParams
 from transferlab.simulator.learned.fit import SimFitConfig, fit_simulator
-from transferlab.simulator.learned.market import SimMarket, SimParams
 from transferlab.simulator.logs import Logs
 
 SIM_FILES = ("config.json", "params.npz", "fit_report.json", "fit_report.md")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transferlab.coding_rl.measures import (
+from transferlab.coding_rl.compare_column import (
     coding_attacks,
     coding_determinism,
     flat_shares,

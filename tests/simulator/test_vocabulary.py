@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from transferlab.simulator.market import (
+from transferlab.simulator.vocabulary import (
     CATALOG,
     NOOP,
     ActionError,
