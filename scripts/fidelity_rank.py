@@ -57,9 +57,15 @@ def deployment(world: Path, sim: LearnedSimulator, episodes: int, seed: int) -> 
 
 
 def calibrated(
-    world: Path, sim: LearnedSimulator, fits: int, deploy_episodes: int, seed: int
+    world: Path,
+    sim: LearnedSimulator,
+    fits: int,
+    deploy_episodes: int,
+    seed: int,
+    calibration_episodes: int = 48,
 ) -> LearnedSimulator:
-    """``sim`` calibrated on the deployment as ``sim fidelity --calibration-fits FITS`` calibrates it."""
+    """``sim`` calibrated on the deployment as ``sim fidelity --calibration-fits FITS
+    --calibration-episodes N`` calibrates it."""
     from transferlab.simulator.policies import policy_panel
     from transferlab.simulator.policy_calibration import calibrate_policies
 
@@ -71,6 +77,7 @@ def calibrated(
         n_customers=n_customers,
         seed=seed + 2000,
         fits=fits,
+        episodes=calibration_episodes,
         progress=lambda msg: print(msg, flush=True),
     )
 
@@ -216,6 +223,12 @@ def main() -> None:
         "--calibrate", type=int, default=0, metavar="FITS", help="also rank after calibration"
     )
     parser.add_argument("--deploy-episodes", type=int, default=64, help="calibration deployment episodes")
+    parser.add_argument(
+        "--calibration-episodes",
+        type=int,
+        default=48,
+        help="simulated episodes per policy per fit evaluation",
+    )
     parser.add_argument("--save", type=Path, help="with --calibrate: write the calibrated simulator here")
     args = parser.parse_args()
     if args.what == "world":
@@ -236,7 +249,9 @@ def main() -> None:
         sim = load_sim(args.sim[0], args.world, args.episodes, args.seed)
         report(args.world, sim, args.policy, args.episodes, args.seed, args.verbose, "before calibration")
         if args.calibrate:
-            after = calibrated(args.world, sim, args.calibrate, args.deploy_episodes, args.seed)
+            after = calibrated(
+                args.world, sim, args.calibrate, args.deploy_episodes, args.seed, args.calibration_episodes
+            )
             print("shifts", after.report["calibration"][-1]["shifts"])
             label = "after calibration"
             report(args.world, after, args.policy, args.episodes, args.seed, args.verbose, label)

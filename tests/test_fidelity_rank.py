@@ -36,7 +36,9 @@ def test_the_probe_reproduces_the_fidelity_command_before_and_after_calibration(
     write_logs(logs, tmp_path / "logs")
     sim = LearnedSimulator.fit(logs)
     sim.save(tmp_path / "sim")
-    summary = run_fidelity(sim, logs, tmp_path / "fid", episodes=2, deploy_episodes=2, seed=0)
+    summary = run_fidelity(
+        sim, logs, tmp_path / "fid", episodes=2, deploy_episodes=2, seed=0, calibration_episodes=12
+    )
 
     probe("world", str(tmp_path), "--episodes", "2")
     assert (tmp_path / "world_panel_2_0.npz").is_file()
@@ -50,6 +52,8 @@ def test_the_probe_reproduces_the_fidelity_command_before_and_after_calibration(
         "1",
         "--deploy-episodes",
         "2",
+        "--calibration-episodes",
+        "12",
         "--save",
         str(tmp_path / "calibrated"),
     )

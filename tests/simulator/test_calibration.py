@@ -199,6 +199,8 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
         "2",
         "--deploy-episodes",
         "2",
+        "--calibration-episodes",
+        "16",
         "--policy",
         str(tmp_path / "p.pt"),
         "--json",
@@ -213,7 +215,8 @@ def test_the_fidelity_command_writes_a_report(logs: Logs, sim: LearnedSimulator,
         assert isinstance(summary[key], float), key
     assert set(summary["tau_ci"]) == {"before", "after"}
     assert summary["offer_shrinkage"] == 5.0 and "--offer-shrinkage" not in summary["command"]
-    assert summary["calibration_method"] == "policies" and "--calibration" not in summary["command"]
+    assert summary["calibration_method"] == "policies" and "--calibration " not in summary["command"]
+    assert summary["calibration_episodes"] == 16 and "--calibration-episodes 16" in summary["command"]
     assert set(summary["calibration_shifts"]) == set(RESPONSE_SHIFTS)
     assert summary["command"].startswith("transferlab sim fidelity --simulator ")
     assert not set(summary["panels"]["calibration"]) & set(summary["panels"]["evaluation"])

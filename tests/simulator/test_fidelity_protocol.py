@@ -36,6 +36,7 @@ def test_the_protocol_runs_on_a_second_world_with_two_fits_and_lowers_its_cost(t
         deploy_episodes=8,
         episode=SHORT,
         fits=fits,
+        calibration_episodes=16,
     )
     assert summary["calibration_method"] == "policies" and summary["world_episodes_evaluation"] == 8
     assert summary["provenance"]["command"] == summary["command"] and summary["provenance"]["wall_s"] > 0

@@ -412,6 +412,15 @@ def fidelity_command(
             "average the shifts (one fit carries its own simulation noise; 4 is a good choice).",
         ),
     ] = 1,
+    calibration_episodes: Annotated[
+        int,
+        typer.Option(
+            "--calibration-episodes",
+            min=1,
+            help="With --calibration policies: simulated episodes per policy each time a fit evaluates "
+            "the simulator (fewer: faster and noisier).",
+        ),
+    ] = 48,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Rank policies in the learned simulator and in the world, calibrate on one panel's deployment, and
@@ -428,6 +437,8 @@ def fidelity_command(
         fail("--offer-shrinkage applies to --calibration campaigns only: add it or drop --offer-shrinkage")
     if calibration_fits != 1 and calibration != "policies":
         fail("--calibration-fits applies to --calibration policies only: drop it or use policies")
+    if calibration_episodes != 48 and calibration != "policies":
+        fail("--calibration-episodes applies to --calibration policies only: drop it or use policies")
     if out.exists() and any(out.iterdir()):
         fail(f"{out} already exists and is not empty: choose a new --out or remove it")
     try:
@@ -448,6 +459,7 @@ def fidelity_command(
         + (f" --calibration {calibration}" if calibration != "policies" else "")
         + (f" --offer-shrinkage {offer_shrinkage:g}" if offer_shrinkage is not None else "")
         + (f" --calibration-fits {calibration_fits}" if calibration_fits != 1 else "")
+        + (f" --calibration-episodes {calibration_episodes}" if calibration_episodes != 48 else "")
     )
     summary = run_fidelity(
         sim,
@@ -462,6 +474,7 @@ def fidelity_command(
         offer_shrinkage=offer_shrinkage,
         method=calibration,
         fits=calibration_fits,
+        calibration_episodes=calibration_episodes,
     )
     if as_json:
         print(json.dumps(summary))

@@ -118,6 +118,7 @@ def run_fidelity(
     offer_shrinkage: float | None = None,
     method: str = "policies",
     fits: int = 1,
+    calibration_episodes: int = 48,
 ) -> dict[str, Any]:
     """Compare, calibrate on one panel, compare again on both; write the report into ``out``; returns
     the summary (the evaluation panel's figures are the out-of-sample ones).
@@ -131,7 +132,9 @@ def run_fidelity(
     return, orders and complaints (:func:`~transferlab.simulator.policy_calibration.calibrate_policies`);
     ``campaigns`` shifts each action's offer by its campaigns' orders, then matches the shop's GMV and
     profit (:func:`calibrate`, :func:`calibrate_economics`; ``offer_shrinkage`` applies to it).
-    ``fits`` (``policies`` only): independent fits whose shifts are averaged."""
+    ``fits`` (``policies`` only): independent fits whose shifts are averaged; ``calibration_episodes``
+    (``policies`` only): simulated episodes per policy at each evaluation of a fit (fewer are faster and
+    noisier; the tests use fewer)."""
     started = time.perf_counter()
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"calibration method {method!r} is not one of {CALIBRATION_METHODS}")
@@ -182,6 +185,7 @@ def run_fidelity(
             seed=seed + 2000,
             episode=episode,
             fits=fits,
+            episodes=calibration_episodes,
             progress=say,
         )
     else:
@@ -226,6 +230,7 @@ def run_fidelity(
         "offer_shrinkage": shrinkage if math.isfinite(shrinkage) else "inf",
         "calibration_method": method,
         "calibration_fits": fits,
+        "calibration_episodes": calibration_episodes,
         **_calibration_figures(calibrated.report["calibration"][-1]),
         "before": before.summary(),
         "after": after.summary(),
