@@ -55,7 +55,8 @@ def run(out: Path) -> None:
 
 
 def _key(path: Path, root: Path) -> str:
-    return "/".join(p for p in path.relative_to(root).parts if not STAMP.match(p))
+    parts = path.relative_to(root).parts[1:]  # below the runs root: experiment/stamp/...
+    return "/".join(p for p in parts if not STAMP.match(p))
 
 
 def _clean(value: Any) -> Any:

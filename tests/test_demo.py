@@ -50,6 +50,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoResult, str]
     return result, buf.getvalue()
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_writes_a_run_directory(demo_run: tuple[DemoResult, str]) -> None:
     result, _ = demo_run
     run_dir = result.run_dir
@@ -69,6 +70,7 @@ def test_demo_writes_a_run_directory(demo_run: tuple[DemoResult, str]) -> None:
     assert config.runs_root == run_dir.parent.parent
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_metrics(demo_run: tuple[DemoResult, str]) -> None:
     result, _ = demo_run
     metrics = read_metrics(result.run_dir / "metrics.parquet")
@@ -82,6 +84,7 @@ def test_demo_metrics(demo_run: tuple[DemoResult, str]) -> None:
     assert list(advantage["value"]) == [0.5]
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_grades_artifact(demo_run: tuple[DemoResult, str]) -> None:
     result, _ = demo_run
     grades: list[dict[str, Any]] = json.loads((result.run_dir / "artifacts/grades.json").read_text())
@@ -101,6 +104,7 @@ def test_demo_grades_artifact(demo_run: tuple[DemoResult, str]) -> None:
         assert {"status", "passed", "total", "reward", "reward_components", "tests"} <= set(grade)
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_summary_and_output(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     assert result.ok
@@ -116,6 +120,7 @@ def test_demo_summary_and_output(demo_run: tuple[DemoResult, str]) -> None:
         assert label in output
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_trains_a_policy(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     training = result.summaries["coding: a tiny policy trained with SFT then GRPO"]
@@ -130,6 +135,7 @@ def test_demo_trains_a_policy(demo_run: tuple[DemoResult, str]) -> None:
     assert (arms / "grpo-seed0" / "checkpoint.pt").is_file()
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_trains_a_campaign_policy_in_the_learned_simulator(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     section = result.summaries["ecommerce: logs, a simulator learned from them, a policy trained in it"]
@@ -144,6 +150,7 @@ def test_demo_trains_a_campaign_policy_in_the_learned_simulator(demo_run: tuple[
     assert {"demo/world/trained/value", "demo/sim/marketer/value"} <= keys
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_trains_offline_learners_and_values_them(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     section = result.summaries["ecommerce: offline RL from the logs, judged by OPE and in the world"]
@@ -166,6 +173,7 @@ def test_demo_trains_offline_learners_and_values_them(demo_run: tuple[DemoResult
     assert {"demo/offline/discrete_cql/world", "demo/offline/marketer/world"} <= keys
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_queues_suggestions_for_review(demo_run: tuple[DemoResult, str]) -> None:
     from transferlab.human_review.service import ReviewService
     from transferlab.human_review.store import ReviewStore
@@ -188,6 +196,7 @@ def test_demo_queues_suggestions_for_review(demo_run: tuple[DemoResult, str]) ->
     assert service.authenticate("reviewer", "demo-reviewer").role == "reviewer"
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_ends_with_the_comparison_and_both_paths(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     section = result.summaries["compare: coding vs ecommerce, measured (transferlab compare)"]
@@ -201,6 +210,7 @@ def test_demo_ends_with_the_comparison_and_both_paths(demo_run: tuple[DemoResult
     assert len(review["reports"]) == 4 and "Rate reports" in output
 
 
+@pytest.mark.slow  # the demo fixture runs every section
 def test_demo_runs_the_agents(demo_run: tuple[DemoResult, str]) -> None:
     result, output = demo_run
     agents = result.summaries["coding: scripted agents in CodeRepair-v0"]

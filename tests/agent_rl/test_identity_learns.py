@@ -114,6 +114,7 @@ def rl_arm(
     return success(result.model, tokenizer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_rl_raises_success_on_identity(
     algo: str, tokenizer: Any, start: tuple[dict[str, torch.Tensor], float], tmp_path: Path
@@ -155,6 +156,7 @@ def test_gigpo_trains_through_the_loop_with_every_turn_in_a_step_group(
     assert any(not torch.equal(weights[n], p.detach()) for n, p in result.model.named_parameters())
 
 
+@pytest.mark.slow
 def test_a_tiny_learning_rate_does_not_raise_success(
     tokenizer: Any, start: tuple[dict[str, torch.Tensor], float], tmp_path: Path
 ) -> None:

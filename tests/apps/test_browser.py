@@ -210,6 +210,7 @@ def _nav(browser: Any, page: str) -> None:
     _find(browser, f'//a[@data-testid="stSidebarNavLink"][contains(@href, "/{page}")]').click()
 
 
+@pytest.mark.slow
 def test_sign_in_approve_execute_in_chromium(
     server: str, driver: Any, seeded: tuple[str, ReviewService, int], tmp_path: Path
 ) -> None:
@@ -275,6 +276,7 @@ NAV_TITLES = {
 USER_OF = {"viewer": "vic", "reviewer": "rita", "approver": "alma", "admin": "ada"}
 
 
+@pytest.mark.slow
 def test_every_page_for_every_role_in_chromium(
     server: str, driver: Any, seeded: tuple[str, ReviewService, int], tmp_path: Path
 ) -> None:

@@ -90,6 +90,7 @@ def test_same_seed_same_observations() -> None:
     assert runs[0]["rewards"] == runs[1]["rewards"]
 
 
+@pytest.mark.slow
 def test_expert_scores_high_and_naive_low_on_held_out_tasks_of_every_family() -> None:
     env = OpsAnalysisEnv(n_tasks=2)
     seen = set()
