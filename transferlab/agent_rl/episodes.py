@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from transferlab.agent_rl.policies.chat import ChatFormat
 from transferlab.agent_rl.policies.generation import Sample, SamplingConfig, generate
-from transferlab.agent_rl.policies.tokenizer import encode_chat, observation_ids
+from transferlab.agent_rl.policies.tokenizer import observation_ids, prompt_ids
 from transferlab.platform.agent_env import FAILED, Task, ToolEnv, cut_penalty
 from transferlab.platform.trajectory import StepRecord, Trajectory
 
@@ -97,7 +97,7 @@ def _reset(ep: _Episode, tokenizer: PreTrainedTokenizerBase, seed: int) -> None:
     ep.started = time.perf_counter()
     obs, _ = ep.env.reset(seed=seed + ep.index, options={"task": ep.task})
     ep.intro = obs
-    ep.prompt = encode_chat(tokenizer, [{"role": "user", "content": obs}], add_generation_prompt=True)
+    ep.prompt = prompt_ids(tokenizer, obs)
     ep.context = list(ep.prompt)
 
 
@@ -286,9 +286,7 @@ def one_turn_episodes(
         env.reset(seed=sampling.seed + i, options={"task": t})[0]
         for i, (env, t) in enumerate(zip(envs, tasks, strict=True))
     ]
-    prompts = [
-        encode_chat(tokenizer, [{"role": "user", "content": o}], add_generation_prompt=True) for o in intros
-    ]
+    prompts = [prompt_ids(tokenizer, o) for o in intros]
     t0 = time.perf_counter()
     samples = generate(model, tokenizer, prompts, sampling)
     policy_s = (time.perf_counter() - t0) / max(len(envs), 1)

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from transferlab.agent_rl.losses import sft_loss
 from transferlab.agent_rl.policies.chat import action_ids
-from transferlab.agent_rl.policies.tokenizer import encode_chat, observation_ids
+from transferlab.agent_rl.policies.tokenizer import observation_ids, prompt_ids
 from transferlab.platform.agent_env import Task, ToolEnv
 from transferlab.platform.config import BaseConfig
 from transferlab.platform.metrics import MetricsLogger
@@ -69,7 +69,7 @@ def one_turn_demonstration(
         terminated=True,
         info={"source": "demonstration"},
         prompt_text=prompt,
-        prompt_ids=encode_chat(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True),
+        prompt_ids=prompt_ids(tokenizer, prompt),
     )
     return Trajectory([step]).validate()
 
@@ -107,11 +107,7 @@ def scripted_demonstration(
                     "imitate": k not in mistakes,
                 },
                 prompt_text=intro if k == 0 else "",
-                prompt_ids=(
-                    encode_chat(tokenizer, [{"role": "user", "content": intro}], add_generation_prompt=True)
-                    if k == 0
-                    else []
-                ),
+                prompt_ids=(prompt_ids(tokenizer, intro) if k == 0 else []),
             )
         )
         if terminated or truncated:

@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 from transferlab.agent_rl.losses import group_advantages, group_weights, grpo_loss
 from transferlab.agent_rl.policies.generation import Sample, SamplingConfig, generate
 from transferlab.agent_rl.policies.prefix import packed_logprobs
-from transferlab.agent_rl.policies.tokenizer import encode_chat
+from transferlab.agent_rl.policies.tokenizer import prompt_ids
 from transferlab.agent_rl.rl import RLConfig
 from transferlab.agent_rl.sft import SFTConfig, one_turn_demonstration
 from transferlab.agent_rl.sft import train_sft as train_trajectories
@@ -83,9 +83,7 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
 
 def code_prompt_ids(tokenizer: Any, task: CodeTask) -> list[int]:
     """The prompt: the description and signature as a user turn, then the assistant's turn opens."""
-    return encode_chat(
-        tokenizer, [{"role": "user", "content": prompt_text(task)}], add_generation_prompt=True
-    )
+    return prompt_ids(tokenizer, prompt_text(task))
 
 
 def code_demonstration(tokenizer: Any, task: CodeTask, body: str, index: int = 0) -> Trajectory:

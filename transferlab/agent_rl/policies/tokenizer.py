@@ -233,6 +233,11 @@ def encode_chat(
     return ChatFormat.for_tokenizer(tokenizer).prompt_ids(messages, add_generation_prompt)
 
 
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """An episode's first prompt: ``text`` as the user's turn, then the assistant's turn opens."""
+    return encode_chat(tokenizer, [{"role": "user", "content": text}], add_generation_prompt=True)
+
+
 def observation_ids(
     tokenizer: PreTrainedTokenizerBase, text: str, role: str = "tool", ended: bool = True
 ) -> list[int]:

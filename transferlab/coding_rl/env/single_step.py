@@ -58,7 +58,7 @@ def process_sandbox(backend: str = "forkserver") -> SandboxBackend:
         return _SANDBOXES[backend]
 
 
-def _code_table(verifier: Verifier) -> RewardTable:
+def _code_table() -> RewardTable:
     """The verifier's components, each paid as the verifier weighs it (weight 1 per point)."""
     names = ("executes", "pass_rate", "efficient")
     return RewardTable(weights={**dict.fromkeys(names, 1.0), FAILED: 0.0}, final=(*names, FAILED))
@@ -73,7 +73,7 @@ class CodeTaskEnv:
     def __init__(self, tasks: Sequence[CodeTask], sandbox: SandboxBackend) -> None:
         self.tasks = list(tasks)
         self.verifier = Verifier(sandbox)
-        self.rewards = _code_table(self.verifier)
+        self.rewards = _code_table()
         self.last_timings: dict[str, float] = {}
         self._task: CodeTask | None = None
         self._last: str | None = None
